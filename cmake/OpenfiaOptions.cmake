@@ -1,0 +1,12 @@
+# Every openfia build option, in one place.
+option(OPENFIA_BUILD_TESTS "Build the GoogleTest suite (needs libgtest-dev)" ON)
+option(OPENFIA_BUILD_BENCH "Build openfia-bench (needs libbenchmark-dev)" OFF)
+option(OPENFIA_BUILD_EXAMPLES "Build the C++ example program" ON)
+option(OPENFIA_BUILD_PYTHON "Build the nanobind Python module (set by scikit-build-core)" OFF)
+option(OPENFIA_SANITIZE "Build with AddressSanitizer and UndefinedBehaviorSanitizer" OFF)
+option(OPENFIA_SIMD "Compile the per-ISA kernels in src/simd (OFF: scalar target only)" ON)
+if(DEFINED SKBUILD)
+  set(OPENFIA_BUILD_PYTHON ON)
+  set(OPENFIA_BUILD_TESTS OFF)
+  set(OPENFIA_BUILD_EXAMPLES OFF)
+endif()

@@ -1,0 +1,8 @@
+// openfia: umbrella header.
+#pragma once
+
+#include "openfia/dtype.h"
+#include "openfia/error.h"
+#include "openfia/fused_infer_attention_score.h"
+#include "openfia/runtime.h"
+#include "openfia/tensor_view.h"
