@@ -194,36 +194,38 @@ float HiF8ToF32(uint8_t x) {
   return FromBits(sign | (static_cast<uint32_t>(e + 127) << 23) | (mant << (23 - mbits)));
 }
 
-// Nearest HiFloat8 value; a tie goes to the EVEN CODE, i.e. the candidate whose code has bit 0
-// clear. Bit 0 is the last mantissa bit in every sub-format (and the last bit of the denormal
-// exponent), and any two value-adjacent codes differ in it: inside a binade they are consecutive
-// mantissas; across a binade boundary the lower one has an all-ones mantissa (odd) and the upper
-// one mantissa 0 (even); 0 (0x00) neighbours 2^-22 (0x01); 2^-16 (0x07) neighbours 2^-15 (0x7E).
-// So for the normal range this is ordinary round-half-even on the mantissa, and in the denormal
-// range (powers of two 2^-22..2^-16) it picks the even (x & 7). Finite overflow saturates to
-// +-32768; +-inf stays +-inf; NaN -> 0x80; both zeros and everything that rounds to zero -> 0x00
-// (the format has no -0: 0x80 is NaN).
-uint8_t F32ToHiF8(float f) {
+namespace {
+
+// Nearest HiFloat8 value of f (see F32ToHiF8 / F32ToHiF8RoundAway for ties and overflow).
+// `overflow` is the magnitude code for |f| >= the overflow threshold and for +-inf.
+uint8_t F32ToHiF8Impl(float f, bool ties_away, uint8_t overflow) {
   const uint32_t x = Bits(f);
   const uint8_t sign = static_cast<uint8_t>((x & kF32SignMask) >> 24);
   const uint32_t ax = x & kF32AbsMask;
   if (ax > kF32InfBits) return kHiF8NaN;
-  if (ax == kF32InfBits) return static_cast<uint8_t>(sign | kHiF8PosInf);
-  if (ax >= 0x47000000u) return static_cast<uint8_t>(sign | kHiF8Max);  // |f| >= 32768
-  // |f| <= 2^-23 = half of the smallest value 2^-22: ties to the even code 0x00.
-  if (ax <= 0x34000000u) return 0x00;
+  if (ax == kF32InfBits) return static_cast<uint8_t>(sign | overflow);
+  if (ax >= 0x47000000u) {  // |f| >= 32768 = 2^15
+    // Ties to even: the next code up (0x6F) is infinity, so the format saturates. Ties away
+    // (the NPU): 0x6F is 49152 as far as rounding goes, so from the midpoint 40960 on the result
+    // is the overflow code.
+    if (ties_away && ax >= 0x47200000u) return static_cast<uint8_t>(sign | overflow);
+    return static_cast<uint8_t>(sign | kHiF8Max);
+  }
+  // 2^-23 is halfway from 0 to the smallest value 2^-22; there is no -0 (0x80 is NaN).
+  constexpr uint32_t kTwoPowMinus23 = 0x34000000u;
+  if (ax < kTwoPowMinus23 || (ax == kTwoPowMinus23 && !ties_away)) return 0x00;
   const int e = static_cast<int>(ax >> 23) - 127;  // |f| >= 2^-23 is a binary32 normal
   const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
   uint8_t mag = 0;
   if (e >= -15) {
     const int mbits = HiF8FmtForExponent(e < 0 ? -e : e).mbits;
-    const uint32_t q = RoundShift(m, 23 - mbits, false);  // in [2^mbits, 2^(mbits+1)]
+    const uint32_t q = RoundShift(m, 23 - mbits, ties_away);  // in [2^mbits, 2^(mbits+1)]
     // A carry into the next binade (e + 1 <= 15 since |f| < 2^15) gives mantissa 0 there, which
     // every sub-format can hold, whatever its mantissa width.
     mag = (q >> (mbits + 1)) != 0 ? HiF8NormalCode(e + 1, 0)
                                   : HiF8NormalCode(e, q - (uint32_t{1} << mbits));
   } else if (e == -23) {
-    mag = 0x01;  // (2^-23, 2^-22): nearer to 2^-22 than to 0
+    mag = 0x01;  // [2^-23, 2^-22): nearer to 2^-22 than to 0 (or the tie, rounded away)
   } else {
     // e in [-22, -16]: between the powers of two 2^e (code e + 23) and 2^(e+1) (code e + 24, or
     // 0x7E for 2^-15); the midpoint is 1.5 * 2^e.
@@ -235,10 +237,32 @@ uint8_t F32ToHiF8(float f) {
     } else if (m < kOneAndHalf) {
       mag = lo;
     } else {
-      mag = (lo & 1u) == 0 ? lo : hi;
+      mag = (ties_away || (lo & 1u) != 0) ? hi : lo;
     }
   }
   return static_cast<uint8_t>(sign | mag);
+}
+
+}  // namespace
+
+// Nearest HiFloat8 value; a tie goes to the EVEN CODE, i.e. the candidate whose code has bit 0
+// clear. Bit 0 is the last mantissa bit in every sub-format (and the last bit of the denormal
+// exponent), and any two value-adjacent codes differ in it: inside a binade they are consecutive
+// mantissas; across a binade boundary the lower one has an all-ones mantissa (odd) and the upper
+// one mantissa 0 (even); 0 (0x00) neighbours 2^-22 (0x01); 2^-16 (0x07) neighbours 2^-15 (0x7E).
+// So for the normal range this is ordinary round-half-even on the mantissa, and in the denormal
+// range (powers of two 2^-22..2^-16) it picks the even (x & 7). Finite overflow saturates to
+// +-32768; +-inf stays +-inf; NaN -> 0x80; both zeros and everything that rounds to zero -> 0x00
+// (the format has no -0: 0x80 is NaN).
+uint8_t F32ToHiF8(float f) { return F32ToHiF8Impl(f, false, kHiF8PosInf); }
+
+// The NPU's rule (asc-devkit docs, Reg Cast.md, "float转hifloat8_t转换规则", Half To Away Round):
+// values below 2^-23 -> 0; [2^-23, 2^-22) -> 2^-22; in the denormal range round up when the top
+// mantissa bit is set (>= 1.5 * 2^e); elsewhere add the first dropped mantissa bit, carrying
+// into the exponent; exponent > 15 (or the code 0x6F) is infinity, then optionally saturated.
+// That is exactly nearest-ties-away over the values, with 0x6F weighing 49152.
+uint8_t F32ToHiF8RoundAway(float f, bool saturate) {
+  return F32ToHiF8Impl(f, true, saturate ? kHiF8Max : kHiF8PosInf);
 }
 
 int8_t F32ToI8RoundAwaySat(float f) {

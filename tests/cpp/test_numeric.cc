@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -614,6 +615,100 @@ TEST(NumericHiF8, SweepMatchesNearestTable) {
     }
     const uint32_t mag = Nearest(HiF8Table(), std::fabs(static_cast<double>(f)), Tie::kEvenCode);
     ASSERT_EQ(got, mag == 0 ? 0u : ((std::signbit(f) ? 0x80u : 0u) | mag)) << f;
+  });
+}
+
+// The NPU's float -> hifloat8 rule transcribed step by step from the asc-devkit pseudo-code
+// ("float转hifloat8_t转换规则", Half To Away Round): a third, structurally different encoder.
+// Its denormal branch reads "M_tmp = Ev + 23, Ev = Ev + 1, M = (Ev == -15) ? 0 : M_tmp"; taken
+// literally M would keep the old code, so it is read as M = (new Ev) + 23, the next power of two.
+uint8_t NpuHiF8(float f, bool saturate) {
+  const uint32_t t = Bits(f);
+  const uint8_t sign = (t >> 31) ? 0x80 : 0x00;
+  const uint32_t mant = t & 0x7FFFFF;
+  int ev = static_cast<int>((t >> 23) & 0xFF) - 127;
+  const uint8_t overflow = saturate ? 0x6E : 0x6F;
+  if (ev == 128 && mant != 0) return 0x80;
+  if (ev == 128 || ev > 15) return sign | overflow;
+  if (ev < -23) return 0x00;
+  if (ev == -23) return sign | 0x01;
+  static const std::map<double, uint8_t> code_of = [] {
+    std::map<double, uint8_t> m;
+    for (int c = 1; c < 0x80; ++c) m[RefHiF8(static_cast<uint32_t>(c))] = static_cast<uint8_t>(c);
+    return m;
+  }();
+  double value = 0;
+  if (ev <= -16) {
+    const bool ta = (mant >> 22) & 1;
+    if (ta) ++ev;
+    value = std::ldexp(1.0, ev);
+  } else {
+    const int a = ev < 0 ? -ev : ev;
+    const int mbits = a <= 3 ? 3 : a <= 7 ? 2 : 1;
+    uint32_t m = mant >> (23 - mbits);
+    const bool ta = (mant >> (22 - mbits)) & 1;
+    if (ta && ++m == (1u << mbits)) ++ev, m = 0;
+    if (ev == 16 || (ev == 15 && m == 1)) return sign | overflow;  // {15, 1} encodes 0x6F
+    value = std::ldexp(1.0 + static_cast<double>(m) / (1 << mbits), ev);
+  }
+  return sign | code_of.at(value);
+}
+
+TEST(NumericHiF8, RoundAwayIsTheNpuRule) {
+  for (uint32_t x = 0; x < 256; ++x) {
+    const float v = HiF8ToF32(static_cast<uint8_t>(x));
+    if (std::isnan(v)) continue;
+    ASSERT_EQ(F32ToHiF8RoundAway(v, false), x) << x;
+    const uint32_t sat = (x & 0x7F) == 0x6F ? (x & 0x80) | 0x6E : x;
+    ASSERT_EQ(F32ToHiF8RoundAway(v, true), sat) << x;
+  }
+  for (bool saturate : {false, true}) {
+    CheckMidpoints(
+        HiF8Table(),
+        [&](float f) { return static_cast<uint32_t>(F32ToHiF8RoundAway(f, saturate)); },
+        [](uint32_t c) { return HiF8ToF32(static_cast<uint8_t>(c)); },
+        [](uint32_t, uint32_t hi) { return hi; },
+        [](uint32_t c) { return c == 0 ? 0u : (c | 0x80); });
+  }
+  // Where the two HiFloat8 encoders differ: ties at even-coded lower neighbours.
+  EXPECT_EQ(F32ToHiF8RoundAway(1.0625f, true), 0x09);
+  EXPECT_EQ(F32ToHiF8(1.0625f), 0x08);
+  EXPECT_EQ(F32ToHiF8RoundAway(1.5f * 0x1p-21f, true), 0x03);
+  EXPECT_EQ(F32ToHiF8(1.5f * 0x1p-21f), 0x02);
+  EXPECT_EQ(F32ToHiF8RoundAway(0x1p-23f, true), 0x01);
+  EXPECT_EQ(F32ToHiF8RoundAway(-0x1p-23f, true), 0x81);
+  EXPECT_EQ(F32ToHiF8RoundAway(std::nextafter(0x1p-23f, 0.f), true), 0x00);
+  EXPECT_EQ(F32ToHiF8RoundAway(-0.f, false), 0x00);
+  EXPECT_EQ(F32ToHiF8RoundAway(28672.f, false), 0x6E);  // tie 24576 | 32768
+  // Overflow at 40960, halfway from 32768 to the code 0x6F.
+  EXPECT_EQ(F32ToHiF8RoundAway(std::nextafter(40960.f, 0.f), false), 0x6E);
+  for (float f : {40960.f, 49152.f, 65536.f, 1e30f, std::numeric_limits<float>::max(), kInf}) {
+    EXPECT_EQ(F32ToHiF8RoundAway(f, false), 0x6F) << f;
+    EXPECT_EQ(F32ToHiF8RoundAway(-f, false), 0xEF) << f;
+    EXPECT_EQ(F32ToHiF8RoundAway(f, true), 0x6E) << f;
+    EXPECT_EQ(F32ToHiF8RoundAway(-f, true), 0xEE) << f;
+  }
+  EXPECT_EQ(F32ToHiF8RoundAway(std::numeric_limits<float>::quiet_NaN(), true), 0x80);
+  EXPECT_EQ(F32ToHiF8RoundAway(FromBits(0xFF800001u), false), 0x80);
+}
+
+TEST(NumericHiF8, RoundAwaySweepMatchesNearestTableAndNpuRule) {
+  SweepFloats([](float f) {
+    for (bool saturate : {false, true}) {
+      const uint8_t got = F32ToHiF8RoundAway(f, saturate);
+      ASSERT_EQ(got, NpuHiF8(f, saturate)) << f << " " << saturate;
+      if (std::isnan(f)) continue;
+      const uint32_t sign = std::signbit(f) ? 0x80u : 0u;
+      const double a = std::fabs(static_cast<double>(f));
+      uint32_t want = 0;
+      if (a >= 40960.0) {
+        want = sign | (saturate ? 0x6Eu : 0x6Fu);
+      } else {
+        const uint32_t mag = Nearest(HiF8Table(), a, Tie::kAway);
+        want = mag == 0 ? 0u : (sign | mag);
+      }
+      ASSERT_EQ(got, want) << f;
+    }
   });
 }
 
