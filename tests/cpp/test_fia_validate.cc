@@ -1001,5 +1001,515 @@ std::vector<BadCase> BadCases() {
 INSTANTIATE_TEST_SUITE_P(Rules, FiaRejects, ::testing::ValuesIn(BadCases()),
                          [](const ::testing::TestParamInfo<BadCase>& i) { return i.param.name; });
 
+// ------------------------------------------------------------------------------------------
+// Positive tests: valid calls pass and give the documented output shapes.
+// ------------------------------------------------------------------------------------------
+using Shape = std::vector<int64_t>;
+
+TEST(FiaAccepts, OutputShapesPerLayout) {
+  struct L {
+    const char* layout;
+    Shape out;
+  } cases[] = {{"BSH", {3, 17, 15}},
+               {"BSND", {3, 17, 3, 5}},
+               {"BNSD", {3, 3, 17, 5}},
+               {"BNSD_BSND", {3, 17, 3, 5}},
+               {"TND", {51, 3, 5}}};
+  for (const L& l : cases) {
+    SCOPED_TRACE(l.layout);
+    CallPtr c = Dense(l.layout, 3, 17, 3, 1, 17, 17, DType::kBFloat16, /*dv=*/5);
+    FiaOutputSpec s = Validate(c->a);
+    EXPECT_EQ(s.attention_out_sizes, l.out);
+    EXPECT_EQ(s.attention_out_dtype, DType::kBFloat16);
+    EXPECT_EQ(s.softmax_lse_sizes, Shape{1});
+    c->a.softmax_lse_flag = true;
+    s = Validate(c->a);
+    EXPECT_EQ(s.softmax_lse_sizes,
+              std::string(l.layout) == "TND" ? Shape({51, 3, 1}) : Shape({3, 3, 17, 1}));
+  }
+}
+
+TEST(FiaAccepts, Float32AndEmptyAndIgnoredArguments) {
+  EXPECT_EQ(Validate(Dense("BSND", 1, 3, 1, 1, 1, 1, DType::kFloat32)->a).attention_out_dtype,
+            DType::kFloat32);
+  // Empty query (B = 0), empty KV (KV_S = 0), D = 1.
+  EXPECT_EQ(Validate(Dense("BSH", 0, 17, 3, 3, 1, 17)->a).attention_out_sizes, Shape({0, 17, 3}));
+  EXPECT_EQ(Validate(Dense("BNSD", 3, 17, 3, 3, 17, 0)->a).attention_out_sizes,
+            Shape({3, 3, 17, 17}));
+  // Q_S == 1 ignores sparse_mode, pre/next, actual_seq_lengths and query_padding_size.
+  CallPtr c = Dense("BSH", 3, 1);
+  c->a.sparse_mode = 42;
+  c->a.actual_seq_lengths = std::vector<int64_t>{-5, 7};
+  c->a.query_padding_size = c->ar.I64(99);
+  EXPECT_NO_THROW(Validate(c->a));
+  // Padding without actual lengths is not left padding (right padding).
+  CallPtr d = Dense();
+  d->a.query_padding_size = d->ar.I64(99);
+  EXPECT_NO_THROW(Validate(d->a));
+}
+
+TEST(FiaAccepts, Int4KeyValueRealD) {
+  CallPtr c = Antiquant(1, "BSND");
+  c->a.query = c->ar.T(DType::kFloat16, {3, 1, 3, 16});
+  c->a.key = c->ar.T(DType::kInt32, {3, 17, 3, 2});
+  c->a.value = c->ar.T(DType::kInt32, {3, 17, 3, 3});  // value D 24
+  c->a.antiquant_scale = TensorView();
+  c->a.key_antiquant_scale = c->ar.T(DType::kFloat16, {1, 3, 16});
+  c->a.value_antiquant_scale = c->ar.T(DType::kFloat32, {1, 3, 17});
+  c->a.key_antiquant_mode = 0;
+  c->a.value_antiquant_mode = 1;  // key per-channel + value per-token
+  EXPECT_EQ(Validate(c->a).attention_out_sizes, Shape({3, 1, 3, 24}));
+  const Problem p = Canon(c->a);
+  EXPECT_EQ(p.k.cache.elem, Elem::kI4);
+  EXPECT_EQ(p.k.cache.sd, 1);
+  EXPECT_EQ(p.k.cache.sh, 16);
+  EXPECT_EQ(p.k.cache.ss, 48);
+  EXPECT_EQ(p.k.cache.sb, 17 * 48);
+  EXPECT_EQ(p.v.cache.ss, 72);
+  EXPECT_EQ(p.d_v, 24);
+  EXPECT_EQ(p.k.dequant.kind, Dequant::Kind::kPerChannel);
+  EXPECT_EQ(p.v.dequant.kind, Dequant::Kind::kPerToken);
+  EXPECT_EQ(p.v.dequant.sb, 17);
+}
+
+TEST(FiaAccepts, PagedLayouts) {
+  for (int form : {3, 4, 5}) {
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      SCOPED_TRACE(form);
+      CallPtr c = Paged(form, 3, 1, 3, 1, 32, 3, {7, 1, 5}, dt);
+      EXPECT_EQ(Validate(c->a).attention_out_sizes, Shape({3, 1, 96}));
+      // Q_S > 1 with page attention, mask sized by maxBlockNumPerSeq * block_size = 9.
+      CallPtr d = Paged(form, 3, 4, 3, 1, 32, 3, {7, 1, 5}, dt, "BNSD");
+      d->a.atten_mask = d->ar.T(DType::kBool, {3, 1, 4, 9});
+      EXPECT_EQ(Validate(d->a).attention_out_sizes, Shape({3, 3, 4, 32}));
+    }
+  }
+  // Unused trailing block_table entries may hold anything.
+  CallPtr c = Paged(3);
+  auto* bt = static_cast<int32_t*>(c->a.block_table.data);
+  bt[3] = 123456;   // batch 0 uses 3 of 4 columns
+  bt[5] = -7;       // batch 1 uses 1
+  EXPECT_NO_THROW(Validate(c->a));
+  // Zero-length batch needs no block.
+  c->a.actual_seq_lengths_kv = std::vector<int64_t>{0};
+  EXPECT_NO_THROW(Validate(c->a));
+  // int8 NZ uses 32-wide fractals, with legacy per-channel antiquant at Q_S = 1.
+  CallPtr n = Paged(5, 3, 1, 3, 1, 64, 3, {7, 1, 5}, DType::kInt8);
+  n->a.antiquant_scale = n->ar.T(DType::kFloat16, {2, 1, 1, 64});
+  EXPECT_EQ(n->a.key.sizes, Shape({11, 1, 2, 3, 32}));
+  EXPECT_NO_THROW(Validate(n->a));
+}
+
+TEST(FiaAccepts, AntiquantModes) {
+  for (int mode = 0; mode <= 5; ++mode) {
+    SCOPED_TRACE(mode);
+    CallPtr c = SepAq(mode, mode >= 4);
+    const FiaOutputSpec s = Validate(c->a);
+    EXPECT_EQ(s.attention_out_dtype, DType::kFloat16);
+    // Offsets are optional and follow the scale's shape and dtype.
+    c->a.key_antiquant_offset = c->ar.T(c->a.key_antiquant_scale.dtype,
+                                        c->a.key_antiquant_scale.sizes);
+    c->a.value_antiquant_offset = c->ar.T(c->a.key_antiquant_scale.dtype,
+                                          c->a.key_antiquant_scale.sizes);
+    EXPECT_NO_THROW(Validate(c->a));
+  }
+  // Legacy spellings: per-tensor (2,), per-channel (2,N,1,D), (2,N,D), (2,H), per-token (2,B,S).
+  for (Shape sh : {Shape{2}, Shape{2, 3, 1, 17}, Shape{2, 3, 17}, Shape{2, 51}}) {
+    CallPtr c = Antiquant();
+    c->a.antiquant_scale = c->ar.T(DType::kFloat16, sh);
+    c->a.antiquant_offset = c->ar.T(DType::kFloat16, sh);
+    EXPECT_NO_THROW(Validate(c->a));
+  }
+  CallPtr t = Antiquant(17);
+  t->a.antiquant_mode = 1;
+  t->a.antiquant_scale = t->ar.T(DType::kFloat32, {2, 3, 17});
+  EXPECT_NO_THROW(Validate(t->a));
+  // Q_S > 1 with separate per-token parameters (B, S) and (1, B, S).
+  CallPtr u = SepAq(1);
+  u->a.query = u->ar.T(DType::kFloat16, {3, 17, 51});
+  u->a.key_antiquant_scale = u->ar.T(DType::kFloat32, {3, 17});
+  u->a.value_antiquant_scale = u->ar.T(DType::kFloat32, {3, 17});
+  EXPECT_NO_THROW(Validate(u->a));
+  // Separate parameters win over legacy ones (an otherwise invalid legacy tensor is ignored).
+  CallPtr w = SepAq(2);
+  w->a.antiquant_scale = w->ar.T(DType::kFloat16, {7, 7});
+  EXPECT_NO_THROW(Validate(w->a));
+}
+
+TEST(FiaAccepts, QuantCombinations) {
+  CallPtr f = FullQuant();
+  EXPECT_EQ(Validate(f->a).attention_out_dtype, DType::kFloat16);
+  f->a.quant_scale2 = f->ar.F32({1}, 3.f);
+  EXPECT_EQ(Validate(f->a).attention_out_dtype, DType::kInt8);
+  f->a.quant_offset2 = f->ar.F32({1}, 1.f);
+  EXPECT_EQ(Validate(f->a).attention_out_dtype, DType::kInt8);
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    CallPtr c = Dense("BSND", 3, 17, 3, 3, 17, 17, dt);
+    for (Shape sh : {Shape{1}, Shape{3, 17}, Shape{1, 1, 3, 17}, Shape{51}}) {
+      c->a.quant_scale2 = c->ar.F32(sh, 2.f);
+      c->a.quant_offset2 = c->ar.F32(sh, 1.f);
+      const FiaOutputSpec s = Validate(c->a);
+      EXPECT_EQ(s.attention_out_dtype, DType::kInt8);
+      EXPECT_EQ(s.attention_out_sizes, Shape({3, 17, 3, 17}));
+    }
+  }
+  CallPtr b = Dense("BSH", 3, 17, 3, 3, 17, 17, DType::kBFloat16);
+  b->a.quant_scale2 = b->ar.T(DType::kBFloat16, {1, 1, 51});
+  EXPECT_NO_THROW(Validate(b->a));
+}
+
+TEST(FiaAccepts, PrefixMlaListsAndMasks) {
+  CallPtr c = Dense("BNSD");
+  c->a.key_shared_prefix = c->ar.T(DType::kFloat16, {1, 3, 4, 17});
+  c->a.value_shared_prefix = c->ar.T(DType::kFloat16, {1, 3, 4, 17});
+  c->a.atten_mask = c->ar.T(DType::kInt8, {1, 1, 17, 21});
+  c->a.pse_shift = c->ar.T(DType::kFloat16, {3, 3, 17, 21});
+  EXPECT_NO_THROW(Validate(c->a));
+  // MLA, Q_S > 1: sparse_mode 3 with the 2048 mask.
+  CallPtr m = Paged(5, 3, 4, 3, 1, 32, 3, {7, 1, 5}, DType::kBFloat16, "BSND");
+  m->a.query_rope = m->ar.T(DType::kBFloat16, {3, 4, 3, 16});
+  m->a.key_rope = m->ar.T(DType::kBFloat16, {m->a.key.size(0), 1, 1, 3, 16});
+  m->a.sparse_mode = 3;
+  m->a.atten_mask = m->ar.CausalMask(DType::kUInt8, {1, 2048, 2048});
+  EXPECT_EQ(Validate(m->a).attention_out_sizes, Shape({3, 4, 3, 32}));
+  // Tensor lists with different S per batch (BSH).
+  CallPtr l = Dense("BSH", 3, 1);
+  for (int i = 0; i < 3; ++i) {
+    l->a.key_list.push_back(l->ar.T(DType::kFloat16, {1, 1 + 5 * i, 51}));
+    l->a.value_list.push_back(l->ar.T(DType::kFloat16, {1, 1 + 5 * i, 51}));
+  }
+  l->a.key = l->a.value = TensorView();
+  l->a.actual_seq_lengths_kv = std::vector<int64_t>{1, 6, 11};
+  EXPECT_NO_THROW(Validate(l->a));
+  // Incremental mask shapes.
+  for (Shape sh : {Shape{3, 17}, Shape{1, 17}, Shape{3, 1, 17}, Shape{3, 1, 1, 32}}) {
+    CallPtr i = Dense("BSH", 3, 1);
+    i->a.atten_mask = i->ar.T(DType::kBool, sh);
+    EXPECT_NO_THROW(Validate(i->a));
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Canonicalization.
+// ------------------------------------------------------------------------------------------
+TEST(FiaCanonical, LayoutStridesMatchDirectIndex) {
+  const int64_t B = 3, S = 17, N = 3, D = 5;
+  for (const char* layout : {"BSH", "BSND", "BNSD", "BNSD_BSND", "TND"}) {
+    SCOPED_TRACE(layout);
+    CallPtr c = Dense(layout, B, S, N, 1, D, 4, DType::kFloat16, 7);
+    c->a.softmax_lse_flag = true;
+    const Problem p = CanonicalizeFia(c->a, ValidateFia(c->a), TensorView(),
+                                      TensorView(nullptr, DType::kFloat32, {1}));
+    const std::string l = layout;
+    EXPECT_EQ(p.h_kv, 1);
+    EXPECT_EQ(p.group(), 3);
+    EXPECT_FALSE(p.incremental);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < N; ++h)
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t d = 0; d < D; ++d) {
+            int64_t want;
+            const int64_t row = p.q_begin[b] + s;
+            if (l == "BSH" || l == "BSND") want = ((b * S + s) * N + h) * D + d;
+            else if (l == "TND") want = (row * N + h) * D + d;
+            else want = ((b * N + h) * S + s) * D + d;
+            ASSERT_EQ(p.q.Offset(b, h, row, d), want);
+          }
+    // Output: BNSD_BSND writes BSND; value D is 7.
+    const int64_t b = 2, h = 1, s = 5, d = 6;
+    const int64_t row = p.q_begin[b] + s;
+    int64_t want_out = ((b * S + s) * N + h) * 7 + d;
+    if (l == "BNSD") want_out = ((b * N + h) * S + s) * 7 + d;
+    if (l == "TND") want_out = (row * N + h) * 7 + d;
+    EXPECT_EQ(b * p.out_sb + h * p.out_sh + row * p.out_ss + d * p.out_sd, want_out);
+    const int64_t want_lse = l == "TND" ? row * N + h : (b * N + h) * S + s;
+    EXPECT_EQ(b * p.lse_sb + h * p.lse_sh + row * p.lse_ss, want_lse);
+    if (l == "TND") {
+      EXPECT_EQ(p.q.sb, 0);
+      EXPECT_EQ(p.q_begin, Shape({0, 17, 34}));
+      EXPECT_EQ(p.kv_begin, Shape({0, 4, 8}));
+      EXPECT_EQ(p.s_q, 51);
+    }
+  }
+}
+
+TEST(FiaCanonical, ActualLengthsBroadcastAndPadding) {
+  CallPtr c = Dense("BSH", 3, 17, 3, 3, 17, 17);
+  c->a.actual_seq_lengths = std::vector<int64_t>{5};
+  c->a.actual_seq_lengths_kv = std::vector<int64_t>{1, 0, 17, 99};  // first B used
+  Problem p = Canon(c->a);
+  EXPECT_EQ(p.q_len, Shape({5, 5, 5}));
+  EXPECT_EQ(p.q_begin, Shape({0, 0, 0}));
+  EXPECT_EQ(p.kv_len, Shape({1, 0, 17}));
+  // Left padding: rows [S - pad - act, S - pad); a negative pad counts as 0.
+  c->a.query_padding_size = c->ar.I64(2);
+  c->a.kv_padding_size = c->ar.I64(-4);
+  p = Canon(c->a);
+  EXPECT_EQ(p.q_begin, Shape({10, 10, 10}));
+  EXPECT_EQ(p.kv_begin, Shape({16, 17, 0}));
+  // Q_S == 1: q_len is 1; a kv window starting before 0 leaves the batch without keys.
+  CallPtr i = Dense("BSH", 3, 1, 3, 3, 17, 17);
+  i->a.actual_seq_lengths_kv = std::vector<int64_t>{4, 16, 2};
+  i->a.kv_padding_size = i->ar.I64(3);
+  p = Canon(i->a);
+  EXPECT_TRUE(p.incremental);
+  EXPECT_EQ(p.q_len, Shape({1, 1, 1}));
+  EXPECT_EQ(p.kv_len, Shape({4, 0, 2}));
+  EXPECT_EQ(p.kv_begin, Shape({10, 0, 12}));
+}
+
+struct BandCase {
+  int64_t mode, pre, next;
+  bool mask, pad;
+  Shape want_pre, want_next;  // per batch; kN = kNoBand
+};
+
+TEST(FiaCanonical, BandsPerSparseMode) {
+  constexpr int64_t kN = Problem::kNoBand;
+  // S1 = act_q = {17, 3, 1}, S2 = act_kv = {17, 5, 0} (+ prefix 0).
+  const BandCase cases[] = {
+      {0, 2, -1, false, false, {kN, kN, kN}, {kN, kN, kN}},  // no mask: INT_MAX
+      {0, 2, -1, true, false, {2, 2, 2}, {-1, -1, -1}},
+      {0, 2, -1, true, true, {kN, kN, kN}, {kN, kN, kN}},  // left padding: INT_MAX
+      {0, int64_t{1} << 40, -(int64_t{1} << 40), true, false, {kN, kN, kN},
+       {-2147483647, -2147483647, -2147483647}},  // clipped to +-INT32_MAX
+      {1, 2, -1, true, false, {kN, kN, kN}, {kN, kN, kN}},
+      {2, 2, -1, true, false, {kN, kN, kN}, {0, 0, 0}},
+      {3, 2, -1, true, false, {kN, kN, kN}, {0, 2, -1}},
+      {4, 2, -1, true, false, {2, 0, 3}, {-1, 1, -2}},
+      {4, 2147483647, 0, true, false, {kN, kN, kN}, {0, 2, -1}},
+  };
+  for (const BandCase& bc : cases) {
+    SCOPED_TRACE(testing::Message() << "mode " << bc.mode << " pre " << bc.pre << " next "
+                                    << bc.next << " mask " << bc.mask << " pad " << bc.pad);
+    CallPtr c = Dense("BSND", 3, 17, 3, 3, 17, 17);
+    c->a.sparse_mode = bc.mode;
+    c->a.pre_tokens = bc.pre;
+    c->a.next_tokens = bc.next;
+    c->a.actual_seq_lengths = std::vector<int64_t>{17, 3, 1};
+    c->a.actual_seq_lengths_kv = std::vector<int64_t>{17, 5, 0};
+    if (bc.mask) c->a.atten_mask = bc.mode >= 2 ? c->ar.CausalMask() : c->ar.T(DType::kBool, {17, 17});
+    if (bc.pad) c->a.kv_padding_size = c->ar.I64(0);
+    const Problem p = Canon(c->a);
+    EXPECT_EQ(p.band_pre, bc.want_pre);
+    EXPECT_EQ(p.band_next, bc.want_next);
+    EXPECT_EQ(p.mask != nullptr, bc.mask && bc.mode <= 1);
+  }
+  // Prefix counts in S2: mode 3 next = act_kv + P - act_q.
+  CallPtr c = Dense("BSH", 3, 17, 3, 3, 17, 17);
+  c->a.key_shared_prefix = c->ar.T(DType::kFloat16, {1, 6, 51});
+  c->a.value_shared_prefix = c->ar.T(DType::kFloat16, {1, 6, 51});
+  c->a.actual_shared_prefix_len = c->ar.I64(4);
+  c->a.actual_seq_lengths_kv = std::vector<int64_t>{3, 17, 0};
+  c->a.sparse_mode = 3;
+  c->a.atten_mask = c->ar.CausalMask();
+  Problem p = Canon(c->a);
+  EXPECT_EQ(p.prefix_len, 4);
+  EXPECT_EQ(p.band_next, Shape({3 + 4 - 17, 17 + 4 - 17, 0 + 4 - 17}));
+  EXPECT_EQ(p.k.prefix.data, c->a.key_shared_prefix.data);
+  EXPECT_EQ(p.v.prefix.Offset(0, 2, 5, 3), 5 * 51 + 2 * 17 + 3);
+  // Q_S == 1 has no band at all.
+  CallPtr i = Dense("BSH", 3, 1);
+  i->a.sparse_mode = 4;
+  i->a.pre_tokens = -3;
+  p = Canon(i->a);
+  EXPECT_EQ(p.band_pre, Shape({kN, kN, kN}));
+  EXPECT_EQ(p.band_next, Shape({kN, kN, kN}));
+}
+
+TEST(FiaCanonical, MaskAndPseCoordinates) {
+  struct M {
+    Shape shape;
+    int64_t sb, ss;
+  } cases[] = {{{17, 19}, 0, 19},
+               {{3, 17, 19}, 17 * 19, 19},
+               {{1, 17, 19}, 0, 19},
+               {{3, 1, 18, 19}, 18 * 19, 19},
+               {{1, 1, 17, 19}, 0, 19}};
+  for (const M& m : cases) {
+    CallPtr c = Dense("BSH", 3, 17, 3, 3, 17, 17);
+    c->a.actual_seq_lengths = std::vector<int64_t>{4, 5, 6};
+    c->a.actual_seq_lengths_kv = std::vector<int64_t>{7};
+    c->a.query_padding_size = c->ar.I64(1);
+    c->a.kv_padding_size = c->ar.I64(2);
+    c->a.atten_mask = c->ar.T(DType::kUInt8, m.shape);
+    c->a.pse_shift = c->ar.T(DType::kFloat16, {1, 3, 17, 20});
+    const Problem p = Canon(c->a);
+    EXPECT_EQ(p.mask_sb, m.sb);
+    EXPECT_EQ(p.mask_ss, m.ss);
+    EXPECT_EQ(p.mask_sk, 1);
+    EXPECT_EQ(p.mask_row0, Shape({12, 11, 10}));  // 17 - 1 - act
+    EXPECT_EQ(p.mask_col0, Shape({8, 8, 8}));     // 17 - 2 - 7
+    EXPECT_EQ(p.pse_row0, p.mask_row0);
+    EXPECT_EQ(p.pse_col0, p.mask_col0);
+    EXPECT_EQ(p.pse_sb, 0);
+    EXPECT_EQ(p.pse_sh, 17 * 20);
+    EXPECT_EQ(p.pse_ss, 20);
+    EXPECT_EQ(p.pse_sk, 1);
+  }
+  // Q_S == 1 shapes.
+  struct I {
+    Shape shape;
+    int64_t sb, ss;
+  } inc[] = {{{3, 17}, 17, 0}, {{1, 17}, 0, 0}, {{3, 1, 17}, 17, 17}, {{3, 1, 1, 17}, 17, 17}};
+  for (const I& m : inc) {
+    CallPtr c = Dense("BSH", 3, 1);
+    c->a.atten_mask = c->ar.T(DType::kBool, m.shape);
+    c->a.pse_shift = c->ar.T(DType::kFloat16, {3, 3, 1, 17});
+    const Problem p = Canon(c->a);
+    EXPECT_EQ(p.mask_sb, m.sb);
+    EXPECT_EQ(p.mask_ss, m.ss);
+    EXPECT_EQ(p.mask_row0, Shape({0, 0, 0}));
+    EXPECT_EQ(p.pse_sb, 3 * 17);
+  }
+}
+
+TEST(FiaCanonical, PagedAddressingIncludingNz) {
+  for (int form : {3, 4, 5}) {
+    for (DType dt : {DType::kFloat16, DType::kInt8}) {
+      SCOPED_TRACE(testing::Message() << "form " << form << " " << DTypeName(dt));
+      const int64_t N = 2, D = 64, bs = 3;
+      CallPtr c = Paged(form, 3, 1, 4, N, D, bs, {7, 1, 5}, dt);
+      if (dt == DType::kInt8) c->a.antiquant_scale = c->ar.T(DType::kFloat16, {2});
+      const Problem p = Canon(c->a);
+      const int64_t base = dt == DType::kInt8 ? 32 : 16;
+      EXPECT_TRUE(p.paged);
+      EXPECT_EQ(p.block_size, bs);
+      EXPECT_EQ(p.bt_stride, c->a.block_table.size(1));
+      EXPECT_EQ(p.block_table, c->a.block_table.data);
+      EXPECT_EQ(p.kv_len, Shape({7, 1, 5}));
+      const int64_t bn = c->a.key.size(0);
+      for (int64_t blk = 0; blk < bn; ++blk)
+        for (int64_t h = 0; h < N; ++h)
+          for (int64_t s = 0; s < bs; ++s)
+            for (int64_t d = 0; d < D; ++d) {
+              int64_t want;
+              if (form == 3) want = (blk * bs + s) * N * D + h * D + d;
+              else if (form == 4) want = ((blk * N + h) * bs + s) * D + d;
+              else want = ((((blk * N + h) * (D / base) + d / base) * bs + s) * base) + d % base;
+              ASSERT_EQ(p.k.cache.Offset(blk, h, s, d), want);
+              ASSERT_EQ(p.v.cache.Offset(blk, h, s, d), want);
+            }
+    }
+  }
+}
+
+TEST(FiaCanonical, DequantStridesPerMode) {
+  using K = Dequant::Kind;
+  struct W {
+    int mode;
+    K kind;
+    int64_t sb, sh, ss, sd;
+  } cases[] = {{0, K::kPerChannel, 0, 17, 0, 1},   {1, K::kPerToken, 17, 0, 1, 0},
+               {2, K::kPerTensorHead, 0, 1, 0, 0}, {3, K::kPerTokenHead, 3 * 17, 17, 1, 0},
+               {4, K::kPerToken, 3, 0, 1, 0},      {5, K::kPerTokenHead, 3 * 1 * 1, 3, 1, 0}};
+  for (const W& w : cases) {
+    SCOPED_TRACE(w.mode);
+    CallPtr c = SepAq(w.mode, w.mode >= 4);
+    c->a.key_antiquant_offset = c->ar.T(c->a.key_antiquant_scale.dtype,
+                                        c->a.key_antiquant_scale.sizes);
+    c->a.value_antiquant_offset = c->ar.T(c->a.key_antiquant_scale.dtype,
+                                          c->a.key_antiquant_scale.sizes);
+    const Problem p = Canon(c->a);
+    for (const KvOperand* o : {&p.k, &p.v}) {
+      EXPECT_EQ(o->dequant.kind, w.kind);
+      EXPECT_EQ(o->dequant.sb, w.sb);
+      EXPECT_EQ(o->dequant.sh, w.sh);
+      EXPECT_EQ(o->dequant.ss, w.ss);
+      EXPECT_EQ(o->dequant.sd, w.sd);
+    }
+    EXPECT_EQ(p.k.dequant.scale, c->a.key_antiquant_scale.data);
+    EXPECT_EQ(p.v.dequant.scale, c->a.value_antiquant_scale.data);
+    EXPECT_EQ(p.v.dequant.offset, c->a.value_antiquant_offset.data);
+  }
+  // Legacy joint tensors: V is the second half.
+  CallPtr c = Antiquant();
+  c->a.antiquant_offset = c->ar.T(DType::kFloat16, {2, 51});
+  Problem p = Canon(c->a);
+  const auto* base = static_cast<const char*>(c->a.antiquant_scale.data);
+  EXPECT_EQ(p.k.dequant.scale, base);
+  EXPECT_EQ(p.v.dequant.scale, base + 51 * 2);
+  EXPECT_EQ(p.v.dequant.offset, static_cast<const char*>(c->a.antiquant_offset.data) + 51 * 2);
+  EXPECT_EQ(p.v.dequant.kind, K::kPerChannel);
+  EXPECT_EQ(p.v.dequant.sh, 17);
+  c->a.antiquant_mode = 1;
+  c->a.antiquant_offset = TensorView();
+  c->a.antiquant_scale = c->ar.T(DType::kFloat32, {2, 3, 20});
+  p = Canon(c->a);
+  EXPECT_EQ(p.v.dequant.kind, K::kPerToken);
+  EXPECT_EQ(p.v.dequant.sb, 20);
+  EXPECT_EQ(p.v.dequant.scale, static_cast<const char*>(c->a.antiquant_scale.data) + 60 * 4);
+  EXPECT_EQ(p.v.dequant.offset, nullptr);
+  c->a.antiquant_mode = 0;
+  c->a.antiquant_scale = c->ar.T(DType::kFloat16, {2});
+  p = Canon(c->a);
+  EXPECT_EQ(p.v.dequant.kind, K::kPerTensor);
+  EXPECT_EQ(p.v.dequant.scale, static_cast<const char*>(c->a.antiquant_scale.data) + 2);
+}
+
+TEST(FiaCanonical, QuantScalarsAndPostQuantVectors) {
+  CallPtr c = FullQuant();
+  // uint64 carries fp32 bits in its low word; dequant_scale1 is truncated to 19 bits.
+  c->a.dequant_scale1 = c->ar.T(DType::kUInt64, {1});
+  const float x = 0.1f;
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const uint64_t word = (uint64_t{0xDEADBEEF} << 32) | bits;
+  std::memcpy(c->a.dequant_scale1.data, &word, 8);
+  c->a.quant_scale2 = c->ar.F32({3, 17}, 0.f);
+  for (int i = 0; i < 51; ++i) static_cast<float*>(c->a.quant_scale2.data)[i] = i * 0.5f;
+  Problem p = Canon(c->a);
+  EXPECT_TRUE(p.full_quant);
+  uint32_t got;
+  std::memcpy(&got, &p.dequant_scale1, 4);
+  EXPECT_EQ(got, bits & 0xFFFFE000u);
+  EXPECT_NE(got, bits);
+  EXPECT_EQ(p.quant_scale1, 2.f);
+  EXPECT_EQ(p.dequant_scale2, 0.25f);
+  EXPECT_EQ(p.out_elem, Elem::kI8);
+  ASSERT_EQ(p.quant_scale2.size(), 51u);
+  EXPECT_EQ(p.quant_scale2[37], 18.5f);
+  EXPECT_EQ(p.quant_offset2, std::vector<float>(51, 0.f));
+  // bfloat16 per-tensor post-quant with a bfloat16 query.
+  CallPtr b = Dense("BSH", 3, 17, 3, 3, 17, 17, DType::kBFloat16);
+  b->a.quant_scale2 = b->ar.T(DType::kBFloat16, {1});
+  b->a.quant_offset2 = b->ar.T(DType::kBFloat16, {1});
+  static_cast<uint16_t*>(b->a.quant_scale2.data)[0] = 0x4040;   // 3.0
+  static_cast<uint16_t*>(b->a.quant_offset2.data)[0] = 0xBF80;  // -1.0
+  p = Canon(b->a);
+  EXPECT_EQ(p.quant_scale2, std::vector<float>{3.f});
+  EXPECT_EQ(p.quant_offset2, std::vector<float>{-1.f});
+  EXPECT_FALSE(p.full_quant);
+  EXPECT_EQ(p.k.dequant.kind, Dequant::Kind::kNone);
+}
+
+TEST(FiaCanonical, ListsAndMla) {
+  CallPtr l = Dense("BSND", 3, 1);
+  std::vector<const void*> ptrs;
+  for (int i = 0; i < 3; ++i) {
+    l->a.key_list.push_back(l->ar.T(DType::kFloat16, {1, 2 + i, 3, 17}));
+    l->a.value_list.push_back(l->ar.T(DType::kFloat16, {1, 2 + i, 3, 17}));
+    ptrs.push_back(l->a.key_list.back().data);
+  }
+  Problem p = Canon(l->a);
+  EXPECT_EQ(p.k.cache.batch_data, ptrs);
+  EXPECT_EQ(p.kv_len, Shape({2, 3, 4}));
+  EXPECT_EQ(p.k.cache.Offset(2, 1, 3, 4), 3 * 51 + 17 + 4);
+  EXPECT_EQ(p.k.cache.Base(1), ptrs[1]);
+
+  CallPtr m = Paged(4, 3, 1, 3, 1, 32, 3);
+  m->a.query_rope = m->ar.T(DType::kFloat16, {3, 1, 3 * 8});
+  m->a.key_rope = m->ar.T(DType::kFloat16, {m->a.key.size(0), 1, 3, 8});
+  p = Canon(m->a);
+  EXPECT_EQ(p.d_rope, 8);
+  EXPECT_EQ(p.q_rope.data, m->a.query_rope.data);
+  EXPECT_EQ(p.q_rope.sh, 8);
+  EXPECT_EQ(p.q_rope.sb, 24);
+  EXPECT_EQ(p.k_rope.cache.sb, 3 * 8);
+  EXPECT_EQ(p.k_rope.cache.ss, 8);
+  EXPECT_TRUE(p.q_rope.present());
+  EXPECT_FALSE(p.k.prefix.present());
+}
+
 }  // namespace
 }  // namespace openfia::internal
