@@ -978,7 +978,8 @@ FiaGeometry AnalyzeFia(const FiaArgs& a) {
     const TensorView& p = a.pse_shift;
     OPENFIA_CHECK_SUPPORTED(!tnd, "pse_shift", "input_layout TND does not support pse (TND不支持pse)",
                             p.shape_string());
-    OPENFIA_CHECK(IsFloat(p.dtype), "pse_shift", "dtype must be float16 or bfloat16",
+    OPENFIA_CHECK(IsFloat(p.dtype), "pse_shift",
+                  "dtype must be float16 or bfloat16 (float32 with a float32 query)",
                   Name(p.dtype));
     if (inc) {
       OPENFIA_CHECK(p.dtype == q.dtype, "pse_shift",
