@@ -526,6 +526,22 @@ TEST(Reference, RopeSplitEqualsConcatenatedHeadDim) {
   ExpectBitwiseEqual(base, rope);
 }
 
+TEST(Reference, TensorListEqualsContiguousBitwise) {
+  Fixture base(3, 2, 2, 2, 6, 4, 3, Elem::kF16, Elem::kF16, 23);
+  base.kv_len = {6, 2, 4};
+  Fixture list = base;
+  base.Run();
+  Problem p = list.Build();
+  // Per-batch base pointers; the batch stride must then be ignored.
+  for (KvOperand* kv : {&p.k, &p.v}) {
+    const auto* data = static_cast<const uint16_t*>(kv->cache.data);
+    for (int64_t b = 0; b < 3; ++b) kv->cache.batch_data.push_back(data + b * kv->cache.sb);
+    kv->cache.sb = 1 << 30;
+  }
+  RunReference(p);
+  ExpectBitwiseEqual(base, list);
+}
+
 TEST(Reference, PaddingOffsetsAndNaNInUnreadStorageDoNotLeak) {
   // NaN in: left-padding rows of q and KV, tokens past kv_len, unused pages and table entries,
   // and in logical keys that the band or the mask hides from every row.
