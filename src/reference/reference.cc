@@ -54,7 +54,7 @@ float LoadKv(const KeyAddr& a, int64_t h, int64_t d, Elem q_elem) {
   const float x = LoadFloat(o.Base(a.b), o.elem, o.Offset(a.b, h, a.s, d));
   const Dequant& dq = *a.dq;
   if (dq.kind == Dequant::Kind::kNone) return x;
-  const int64_t idx = dq.sb * a.b + dq.sh * h + dq.ss * a.s + dq.sd * d;
+  const int64_t idx = dq.Index(a.b, h, a.s, d);  // per-tile scales: d_group channels share one
   const float scale = LoadFloat(dq.scale, dq.scale_elem, idx);
   const float offset = dq.offset != nullptr ? LoadFloat(dq.offset, dq.offset_elem, idx) : 0.f;
   const float sum = x + offset;
@@ -87,9 +87,17 @@ bool MaskedBit(const Problem& p, int64_t b, int64_t i, int64_t j) {
   return p.mask[off] != 0;
 }
 
-// Logical keys visible from query i of batch b, ascending.
-void VisibleKeys(const Problem& p, int64_t b, int64_t i, std::vector<int64_t>* keys) {
+// Logical keys query i of batch b attends through KV head hk: the band/mask-visible keys in
+// ascending order, or, with sparse selection, exactly the selected tokens in their given order
+// (duplicates count as often as they appear; bands and masks do not apply).
+void VisibleKeys(const Problem& p, int64_t b, int64_t hk, int64_t i, std::vector<int64_t>* keys) {
   keys->clear();
+  if (!p.key_offset.empty()) {
+    const int64_t r = (p.q_row_base[b] + i) * p.h_kv + hk;
+    for (int64_t n = p.key_offset[r]; n < p.key_offset[r + 1]; ++n)
+      keys->push_back(p.key_index[n]);  // token t is logical key t (prefix_len is 0)
+    return;
+  }
   int64_t lo, hi;
   BandRange(p, b, i, p.kv_total(b), &lo, &hi);
   for (int64_t j = lo; j <= hi; ++j)
@@ -322,16 +330,16 @@ void RunReference(const Problem& p) {
         }
       continue;
     }
-    // Keys any row of this batch can see (the mask and band do not depend on the head).
-    std::vector<char> needed(total, 0);
-    for (int64_t i = 0; i < qn; ++i) {
-      VisibleKeys(p, b, i, &keys);
-      for (int64_t j : keys) needed[j] = 1;
-    }
     for (int64_t hk = 0; hk < p.h_kv; ++hk) {
+      // Keys some row of this (batch, KV head) attends: only those are ever read.
+      std::vector<char> needed(total, 0);
+      for (int64_t i = 0; i < qn; ++i) {
+        VisibleKeys(p, b, hk, i, &keys);
+        for (int64_t j : keys) needed[j] = 1;
+      }
       const Gathered g = Gather(p, b, hk, needed);
       for (int64_t i = 0; i < qn; ++i) {
-        VisibleKeys(p, b, i, &keys);
+        VisibleKeys(p, b, hk, i, &keys);
         const int64_t row = p.q_begin[b] + i;
         for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
           double lse = kInf;

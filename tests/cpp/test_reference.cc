@@ -526,6 +526,72 @@ TEST(Reference, RopeSplitEqualsConcatenatedHeadDim) {
   ExpectBitwiseEqual(base, rope);
 }
 
+// Sparse per-row key selection (problem.h key_offset/key_index) for a fixture: row r = (base_b
+// + i) * h_kv + hk attends `sel(b, hk, i)`.
+template <typename Sel>
+void SetSelection(const Fixture& f, Problem* p, Sel sel) {
+  p->key_offset = {0};
+  p->q_row_base.clear();
+  int64_t base = 0;
+  for (int64_t b = 0; b < f.B; ++b) {
+    p->q_row_base.push_back(base);
+    base += f.q_len[b];
+  }
+  for (int64_t b = 0; b < f.B; ++b)
+    for (int64_t i = 0; i < f.q_len[b]; ++i)
+      for (int64_t hk = 0; hk < f.Hkv; ++hk) {
+        for (int32_t t : sel(b, hk, i)) p->key_index.push_back(t);
+        p->key_offset.push_back(int64_t(p->key_index.size()));
+      }
+}
+
+TEST(Reference, SparseSelectionEqualsTheSameKeysByMask) {
+  // Ascending selection of the keys a mask would leave: bitwise the masked problem. The band and
+  // mask of the Problem are ignored under selection, so a hostile band is set on that side.
+  Fixture masked(2, 2, 1, 3, 7, 4, 4, Elem::kBF16, Elem::kBF16, 31);
+  masked.q_len = {3, 2};
+  masked.kv_len = {7, 5};
+  std::mt19937 rng(5);
+  masked.mask.assign(2 * 3 * 7, 0);
+  for (auto& m : masked.mask) m = rng() % 3 == 0;
+  Fixture sel = masked;
+  masked.Run();
+  sel.mask.clear();
+  sel.band_pre = {-5, -5};  // would hide every key if it applied
+  sel.band_next = {-5, -5};
+  Problem p = sel.Build();
+  SetSelection(sel, &p, [&](int64_t b, int64_t, int64_t i) {
+    std::vector<int32_t> keys;
+    for (int32_t j = 0; j < masked.kv_len[b]; ++j)
+      if (!masked.mask[(b * 3 + i) * 7 + j]) keys.push_back(j);
+    return keys;
+  });
+  RunReference(p);
+  ExpectBitwiseEqual(masked, sel);
+}
+
+TEST(Reference, SparseSelectionCountsDuplicatesAndIsPerKvHead) {
+  // KV head 0 row selects {0, 0, 1}: weights 2e^a : e^c. KV head 1 selects {1}: its V row.
+  // Token 2 is never selected and holds NaN.
+  Fixture f(1, 2, 2, 1, 3, 1, 1);
+  const double a = 0.5, c = -0.25;
+  f.Q(0, 0, 0, 0) = f.Q(0, 1, 0, 0) = 1.f;
+  for (int64_t h = 0; h < 2; ++h) {
+    f.K(0, h, 0, 0) = float(a), f.K(0, h, 1, 0) = float(c), f.K(0, h, 2, 0) = kNaN;
+    f.V(0, h, 0, 0) = 1.f, f.V(0, h, 1, 0) = -3.f, f.V(0, h, 2, 0) = kNaN;
+  }
+  Problem p = f.Build();
+  SetSelection(f, &p, [](int64_t, int64_t hk, int64_t) {
+    return hk == 0 ? std::vector<int32_t>{0, 0, 1} : std::vector<int32_t>{1};
+  });
+  RunReference(p);
+  const double w0 = 2 * std::exp(a) / (2 * std::exp(a) + std::exp(c));
+  EXPECT_NEAR(f.Out(0, 0, 0, 0), w0 - 3 * (1 - w0), 4 * kEpsF32);
+  EXPECT_NEAR(f.Lse(0, 0, 0), std::log(2 * std::exp(a) + std::exp(c)), 2 * kEpsF32);
+  EXPECT_EQ(f.Out(0, 1, 0, 0), -3.f);
+  EXPECT_NEAR(f.Lse(0, 1, 0), c, kEpsF32);
+}
+
 TEST(Reference, TensorListEqualsContiguousBitwise) {
   Fixture base(3, 2, 2, 2, 6, 4, 3, Elem::kF16, Elem::kF16, 23);
   base.kv_len = {6, 2, 4};
@@ -715,6 +781,38 @@ TEST(Reference, PostQuantEmptyPromptBatchStaysZeroIncrementalQuantizesZero) {
   }
 }
 
+// f32 scale (and offset) with strides (sb, sh, ss, sd) over the storage coordinates.
+Dequant MakeDequant(Dequant::Kind kind, const float* scale, const float* offset, int64_t sb,
+                    int64_t sh, int64_t ss, int64_t sd, int64_t d_group = 0) {
+  Dequant dq;
+  dq.kind = kind;
+  dq.scale = scale;
+  dq.offset = offset;
+  dq.sb = sb, dq.sh = sh, dq.ss = ss, dq.sd = sd;
+  dq.d_group = d_group;
+  return dq;
+}
+
+TEST(Reference, PerTileScalesShareOneScalePerChannelGroup) {
+  // KvQuantSparseFlashAttention-style rows: one scale per (token, tile of 2 channels).
+  Fixture f(1, 1, 1, 2, 4, 6, 6, Elem::kBF16, Elem::kI8, 29);
+  Fixture hand = f;
+  hand.kv_elem = Elem::kBF16;
+  std::vector<float> scale(4 * 3);
+  for (size_t n = 0; n < scale.size(); ++n) scale[n] = 0.004f * float(n + 1);
+  for (int64_t j = 0; j < 4; ++j)
+    for (int64_t d = 0; d < 6; ++d) {
+      hand.K(0, 0, j, d) = RoundTo(f.K(0, 0, j, d) * scale[j * 3 + d / 2], Elem::kBF16);
+      hand.V(0, 0, j, d) = RoundTo(f.V(0, 0, j, d) * scale[j * 3 + d / 2], Elem::kBF16);
+    }
+  Problem p = f.Build();
+  p.k.dequant = p.v.dequant =
+      MakeDequant(Dequant::Kind::kPerTile, scale.data(), nullptr, 0, 0, 3, 1, /*d_group=*/2);
+  RunReference(p);
+  hand.Run();
+  ExpectBitwiseEqual(f, hand);
+}
+
 // Scale/offset storage for antiquant tests, with the dequantized values written back into a
 // second fixture holding them as the query dtype.
 TEST(Reference, AntiquantPerChannelAndPerTokenMatchHandDequant) {
@@ -737,10 +835,8 @@ TEST(Reference, AntiquantPerChannelAndPerTokenMatchHandDequant) {
             hand.V(b, h, j, d) = RoundTo(f.V(b, h, j, d) * vscale[b * 5 + j], qe);
           }
     Problem p = f.Build();
-    p.k.dequant = Dequant{Dequant::Kind::kPerChannel, kscale.data(), Elem::kF32, koff.data(),
-                          Elem::kF32, 0, 4, 0, 1};
-    p.v.dequant = Dequant{Dequant::Kind::kPerToken, vscale.data(), Elem::kF32, nullptr,
-                          Elem::kF32, 5, 0, 1, 0};
+    p.k.dequant = MakeDequant(Dequant::Kind::kPerChannel, kscale.data(), koff.data(), 0, 4, 0, 1);
+    p.v.dequant = MakeDequant(Dequant::Kind::kPerToken, vscale.data(), nullptr, 5, 0, 1, 0);
     RunReference(p);
     hand.Run();
     SCOPED_TRACE(int(kv));
@@ -766,8 +862,7 @@ TEST(Reference, PagedPerTokenScalesUseBlockCoordinates) {
       hand.V(0, 0, j, d) = RoundTo(f.V(0, 0, j, d) * s, Elem::kBF16);
     }
   }
-  const Dequant dq{Dequant::Kind::kPerToken, scale.data(), Elem::kF32, nullptr, Elem::kF32,
-                   3, 0, 1, 0};
+  const Dequant dq = MakeDequant(Dequant::Kind::kPerToken, scale.data(), nullptr, 3, 0, 1, 0);
   p.k.dequant = p.v.dequant = dq;
   RunReference(p);
   hand.Run();
