@@ -257,3 +257,12 @@ def patch_torch_npu():
     mod.npu_fused_infer_attention_score = npu_fused_infer_attention_score
     torch_ops.register_npu_namespace()
     return mod
+
+
+# Register torch.ops.openfia.* at import when torch is present (torch stays optional).
+try:
+    import torch as _torch  # noqa: F401
+except ImportError:  # pragma: no cover - exercised only without torch
+    pass
+else:
+    from . import torch_ops  # noqa: F401,E402
