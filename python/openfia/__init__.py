@@ -82,12 +82,16 @@ _INT_ARGS = (
 
 
 def _native_tensor(t):
-    """A tensor as the native module takes it (DLPack cannot export tensors that require grad;
-    the operator is inference-only, so the data is read as is)."""
+    """A tensor as the native module takes it. DLPack cannot export tensors that require grad
+    (the operator is inference-only, so the data is read as is). The C++ API follows the NPU,
+    which rejects non-contiguous inputs; torch users routinely hold transposed or sliced views,
+    so the front end passes a contiguous copy of those (no copy for contiguous tensors)."""
     if t is None:
         return None
     if hasattr(t, "requires_grad") and t.requires_grad:
         t = t.detach()
+    if hasattr(t, "is_contiguous") and not t.is_contiguous():
+        t = t.contiguous()
     return t
 
 

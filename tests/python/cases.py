@@ -252,11 +252,11 @@ def build_inputs(case):
         args["key"] = store(_tnd(k, akv))
         args["value"] = store(_tnd(v, akv))
     elif use_list:
-        # One [1, S_b, ...] tensor per batch; S_b = act_kv[b] + (b % 2) (a poisoned tail row).
-        args["key"] = [store(bnsd_to_layout(k[b:b + 1, :, :min(KVS, akv[b] + b % 2)], layout))
-                       for b in range(B)]
-        args["value"] = [store(bnsd_to_layout(v[b:b + 1, :, :min(KVS, akv[b] + b % 2)], layout))
-                         for b in range(B)]
+        # One [1, S_b, ...] tensor per batch; S_b = act_kv[b] + (b % 2) (a poisoned tail row),
+        # except BNSD, whose list tensors must share S (validation's rule): S_b = KVS.
+        sb = [KVS if layout == "BNSD" else min(KVS, akv[b] + b % 2) for b in range(B)]
+        args["key"] = [store(bnsd_to_layout(k[b:b + 1, :, :sb[b]], layout)) for b in range(B)]
+        args["value"] = [store(bnsd_to_layout(v[b:b + 1, :, :sb[b]], layout)) for b in range(B)]
     else:
         args["key"] = store(bnsd_to_layout(k, layout))
         args["value"] = store(bnsd_to_layout(v, layout))
