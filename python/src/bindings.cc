@@ -19,6 +19,8 @@
 
 namespace nb = nanobind;
 
+void RegisterKvqsfa(nb::module_& m);  // bindings_kvqsfa.cc
+
 namespace {
 
 using Array = nb::ndarray<nb::ro>;
@@ -314,4 +316,5 @@ NB_MODULE(_openfia, m) {
   m.def("set_simd_cap", [](const std::string& t) { openfia::SetSimdCap(t); }, nb::arg("target"));
   m.def("simd_target", []() { return openfia::SimdTarget(); });
   m.def("version", []() { return openfia::Version(); });
+  RegisterKvqsfa(m);
 }
