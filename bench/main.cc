@@ -181,6 +181,7 @@ void RunOne(benchmark::State& st, Entry* e, int threads, const std::string& labe
   st.counters["KV_GB/s"] = r.kv_gbs;
   st.counters["pct_" + r.pct_of] = r.pct;
   st.counters["peakRSS_MiB"] = r.peak_rss_mib;
+  st.counters["RSS_growth_MiB"] = r.extra_rss_mib;
   st.SetLabel(label);
   g_results.push_back(r);
 }
@@ -219,26 +220,26 @@ void PrintSummary(const std::vector<std::unique_ptr<Entry>>& all, size_t n_main,
                   ? (std::to_string(static_cast<int>(g_limits.bf16_dot_gflops_core)) + " GFLOP/s/core").c_str()
                   : "n/a (no AVX512-BF16)");
   std::printf("| workload | shape | impl | threads | time ms | GFLOP/s | KV GB/s | %% of limit | "
-              "peak RSS MiB | max err (tol) |\n|---|---|---|---|---|---|---|---|---|---|\n");
+              "peak RSS MiB (+during) | max err (tol) |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& e : entries) {
     for (const Result& r : g_results) {
       if (r.workload != e->w->name()) continue;
       char err[64] = "n/a";
       if (!std::isnan(e->max_err)) std::snprintf(err, sizeof err, "%.2e (%.1e)", e->max_err, e->tol);
-      std::printf("| %s | %s | %s | %d | %.3f | %.1f | %.2f | %.0f%% %s | %.0f | %s |\n",
+      std::printf("| %s | %s | %s | %d | %.3f | %.1f | %.2f | %.0f%% %s | %.0f (+%.0f) | %s |\n",
                   r.workload.c_str(), e->w->Describe().c_str(), e->impl.c_str(), r.threads,
-                  r.min_s * 1e3, r.gflops, r.kv_gbs, r.pct, r.pct_of.c_str(), r.peak_rss_mib, err);
+                  r.min_s * 1e3, r.gflops, r.kv_gbs, r.pct, r.pct_of.c_str(), r.peak_rss_mib, r.extra_rss_mib, err);
     }
   }
 
   // Thread scaling: time(1) / time(T).
-  std::printf("\nThread scaling (speedup of %d threads over 1):", top_threads);
+  if (top_threads > 1) std::printf("\nThread scaling (speedup of %d threads over 1):", top_threads);
   for (const auto& e : entries) {
     const Result* one = Find(BaseName(e->w->name()), 1);
     const Result* top = Find(BaseName(e->w->name()), top_threads);
     if (one && top && top_threads > 1) std::printf(" %s %.2fx", BaseName(e->w->name()).c_str(), one->min_s / top->min_s);
   }
-  std::printf("\n");
+  if (top_threads > 1) std::printf("\n");
 
   // Decode time vs KV length: least-squares line through the points; linear growth means a small
   // intercept and every point within a few percent of the line.
@@ -246,7 +247,7 @@ void PrintSummary(const std::vector<std::unique_ptr<Entry>>& all, size_t n_main,
     std::vector<double> x, y;
     for (const auto& [kv, name] : sweep)
       for (const Result& r : g_results)
-        if (r.workload == name) {
+        if (r.workload == name && r.threads == top_threads) {
           x.push_back(static_cast<double>(kv));
           y.push_back(r.min_s);
         }
@@ -355,6 +356,8 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "openfia-bench %s: measuring machine limits...\n", openfia::Version().c_str());
   g_limits = MeasureMachineLimits(AllThreads());
   std::fprintf(stderr, "limits: %s\n", ToJson(g_limits).c_str());
+
+  if (g_opt.cold) FlushCaches();  // allocates its buffer now, so no workload's RSS includes it
 
   std::string fallback;
   std::string path = g_opt.cases.empty() ? DefaultCasesFile(&fallback) : g_opt.cases;

@@ -385,16 +385,26 @@ std::unique_ptr<Workload> Workload::Build(const CaseSpec& c, uint64_t seed) {
   if (int8 || int4) {
     const int64_t kmode = c.Int("kmode", 0), vmode = c.Int("vmode", 0);
     const float qmax = int8 ? 127.f : 7.f;
+    // Shapes of SEED 000's antiquant table: 0 per-channel and 2 per-head in the query dtype; 1
+    // per-token (1, B, S), 3 per-token-head (B, N, S), 4/5 page-managed (blocknum[, N], blocksize)
+    // in fp32.
     auto make_scale = [&](int64_t mode, int64_t d) -> TensorView {
       TensorView t;
-      if (mode == 0) {  // per-channel, query dtype
+      if (mode == 0) {
         if (layout == "BSH") t = w->Alloc(qdt, {1, KVN * d});
         else if (layout == "BSND") t = w->Alloc(qdt, {1, KVN, d});
         else t = w->Alloc(qdt, {1, KVN, 1, d});
-      } else if (mode == 1) {  // per-token, fp32, (1, B, S)
+      } else if (mode == 1) {
         t = w->Alloc(DType::kFloat32, {1, B, KVS});
+      } else if (mode == 2) {
+        t = w->Alloc(qdt, {KVN});
+      } else if (mode == 3) {
+        t = w->Alloc(DType::kFloat32, {B, KVN, KVS});
+      } else if ((mode == 4 || mode == 5) && page > 0) {
+        t = mode == 4 ? w->Alloc(DType::kFloat32, {num_blocks, page})
+                      : w->Alloc(DType::kFloat32, {num_blocks, KVN, page});
       } else {
-        Fail(c.name + ": kmode/vmode " + std::to_string(mode) + " (the benchmark builds 0 and 1)");
+        Fail(c.name + ": kmode/vmode " + std::to_string(mode) + " (0-3, or 4-5 with page)");
       }
       for (int64_t i = 0; i < t.numel(); ++i) StoreFloat(t, i, (1.0f + 0.5f * rng.Uniform()) / qmax);
       return t;
@@ -445,14 +455,18 @@ std::unique_ptr<Workload> Workload::Build(const CaseSpec& c, uint64_t seed) {
   double per_token = static_cast<double>(KVN) * kelem * static_cast<double>(D);
   if (!rope) per_token += static_cast<double>(KVN) * kelem * static_cast<double>(DV);
   if (rope) per_token += static_cast<double>(KVN * DR * ElementSize(qdt));
-  if (a.key_antiquant_mode == 1) per_token += 4;
-  if (a.value_antiquant_mode == 1) per_token += 4;
+  // Scales read per token: 4 bytes (modes 1, 4) or 4 per KV head (modes 3, 5).
+  for (int64_t mode : {a.key_antiquant_mode, a.value_antiquant_mode}) {
+    if (!(int8 || int4)) break;
+    if (mode == 1 || mode == 4) per_token += 4;
+    if (mode == 3 || mode == 5) per_token += 4.0 * static_cast<double>(KVN);
+  }
   double tokens = 0;
   for (int64_t kvl : act_kv) tokens += static_cast<double>(kvl);
   double fixed = 0;  // per-channel scales
   if (int8 || int4) {
-    if (a.key_antiquant_mode == 0) fixed += static_cast<double>(a.key_antiquant_scale.numel() * ElementSize(qdt));
-    if (a.value_antiquant_mode == 0) fixed += static_cast<double>(a.value_antiquant_scale.numel() * ElementSize(qdt));
+    for (const TensorView* t : {&a.key_antiquant_scale, &a.value_antiquant_scale})
+      if (t->dtype != DType::kFloat32) fixed += static_cast<double>(t->numel() * ElementSize(t->dtype));
   }
   w->kv_bytes_ = tokens * per_token + fixed;
   auto bytes = [](const TensorView& t) {
