@@ -32,10 +32,13 @@ struct MachineLimits {
   bool has_bf16_dot = false;        // AVX512-BF16 present (vdpbf16ps)
   double bf16_dot_gflops_core = 0;  // vdpbf16ps peak of one core (0 when absent)
   double bf16_dot_gflops_all = 0;   // same, `threads` threads at once
+  double amx_bf16_gflops_core = 0;  // AMX tdpbf16ps peak of one core (0 when absent/not granted);
+                                    // for information: the targets use vdpbf16ps
   double seconds = 0;               // wall time spent measuring
 
   // Limits a workload run with `n` threads is measured against. Bandwidth: the all-thread
-  // measurement when n == threads, the 1-thread one when n == 1, else min(n x 1-thread, all).
+  // measurement (at least the 1-thread one) when n == threads, the 1-thread one when n == 1,
+  // else min(n x 1-thread, all).
   // Compute: per-core peak x n (the all-thread numbers are reported for information only).
   double ReadBandwidthGBs(int n) const;
   double Bf16DotGflops(int n) const;  // 0 when the CPU has no bf16 dot instruction

@@ -213,12 +213,13 @@ void PrintSummary(const std::vector<std::unique_ptr<Entry>>& all, size_t n_main,
   std::printf("\n## openfia-bench summary (preset %s, %s KV for decode)\n\n", g_opt.preset.c_str(),
               g_opt.cold ? "cold-cache" : "warm-cache");
   std::printf("machine: %s; read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d threads); fp32 FMA "
-              "%.0f GFLOP/s/core; bf16 dot %s\n\n",
+              "%.0f GFLOP/s/core; bf16 dot %s; AMX bf16 %.0f GFLOP/s/core (information)\n\n",
               g_limits.cpu.c_str(), g_limits.read_bw_1t_gbs, g_limits.read_bw_all_gbs,
               g_limits.threads, g_limits.fma_fp32_gflops_core,
               g_limits.has_bf16_dot
                   ? (std::to_string(static_cast<int>(g_limits.bf16_dot_gflops_core)) + " GFLOP/s/core").c_str()
-                  : "n/a (no AVX512-BF16)");
+                  : "n/a (no AVX512-BF16)",
+              g_limits.amx_bf16_gflops_core);
   std::printf("| workload | shape | impl | threads | time ms | GFLOP/s | KV GB/s | %% of limit | "
               "peak RSS MiB (+during) | max err (tol) |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& e : entries) {
