@@ -378,8 +378,11 @@ def main(argv=None):
     binary = find_bench_binary(args.bench_bin)
     print(f"openfia {openfia.version()} (SIMD {openfia.simd_target()}), torch {torch.__version__}, "
           f"{threads} threads, preset {args.preset}", file=sys.stderr)
-    print("measuring machine limits" + (f" with {binary}" if binary else " (no openfia-bench "
-          "binary found)") + "...", file=sys.stderr)
+    if args.limits_json:
+        print(f"machine limits from {args.limits_json}", file=sys.stderr)
+    else:
+        print("measuring machine limits" + (f" with {binary}" if binary else " (no openfia-bench "
+              "binary found)") + "...", file=sys.stderr)
     lim = machine_limits(binary, args.limits_json)
 
     cases, source = bc.load_model_cases(args.cases)
