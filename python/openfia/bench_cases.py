@@ -12,18 +12,18 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The fallback copy of the workloads, identical to bench/model_cases.txt; used only when neither
+# The fallback copy of the workloads, the same as bench/model_cases.txt; used only when neither
 # the shared list nor bench/model_cases.txt can be found (e.g. an installed package run outside
 # the source tree).
 BUILTIN_MODEL_CASES = """
-model D1 layout=BSH B=1 N=32 KVN=8 S=1 KVS=16384 D=128 dtype=bf16 page=128
-model D2 layout=BSH B=1 N=32 KVN=8 S=1 KVS=16384 D=128 dtype=bf16 page=128 kv=int8 kmode=4 vmode=4
-model D3 layout=BSH B=1 N=32 KVN=8 S=1 KVS=16384 D=128 dtype=bf16 page=128 kv=int4 kmode=0 vmode=1
-model D4 layout=BSH B=16 N=32 KVN=8 S=1 KVS=4096 D=128 dtype=bf16 page=128
-model D5 layout=BSH B=1 N=32 KVN=8 S=1 KVS=32768 D=128 dtype=bf16
-model P1 layout=BSH B=1 N=32 KVN=8 S=512 KVS=4096 D=128 dtype=bf16 sparse=3 mask=2048
-model P2 layout=BSH B=1 N=32 KVN=8 S=4096 KVS=4096 D=128 dtype=bf16 sparse=3 mask=2048
-model P3 layout=BSH B=1 N=128 KVN=1 S=1 KVS=8192 D=512 dtype=bf16 page=128 rope=1
+model D1 layout=BSH B=1 N=32 KVN=8 S=1 KVS=16384 D=128 page=128 act_kv=16384
+model D2 layout=BSH B=1 N=32 KVN=8 S=1 KVS=16384 D=128 page=128 act_kv=16384 kv=int8 kmode=4 vmode=4
+model D3 layout=BSH B=1 N=32 KVN=8 S=1 KVS=16384 D=128 kv=int4 kmode=0 vmode=1
+model D4 layout=BSH B=16 N=32 KVN=8 S=1 KVS=4096 D=128 page=128 act_kv=4096
+model D5 layout=BSH B=1 N=32 KVN=8 S=1 KVS=32768 D=128
+model P1 layout=BSH B=1 N=32 KVN=8 S=512 KVS=4096 D=128 sparse=3
+model P2 layout=BSH B=1 N=32 KVN=8 S=4096 KVS=4096 D=128 sparse=3
+model P3 layout=BSND B=1 N=128 KVN=1 S=1 KVS=8192 D=512 rope=1 page=128 act_kv=8192
 """
 
 SUPPORTED_KEYS = {"layout", "B", "N", "KVN", "S", "KVS", "D", "DV", "dtype", "kv", "sparse",
