@@ -522,6 +522,12 @@ bool ResetPeakRss() {
   return static_cast<bool>(f);
 }
 
+namespace {
+size_t g_flush_bytes = 0;
+}  // namespace
+
+size_t FlushBufferBytes() { return g_flush_bytes; }
+
 void FlushCaches() {
   static const size_t n = [] {
     const size_t bytes = std::max<size_t>(size_t{64} << 20, 2 * LastLevelCacheBytes());
@@ -529,7 +535,10 @@ void FlushCaches() {
   }();
   static Buffer buf = [] {
     Buffer b = AllocBig(n * sizeof(float));
-    if (b) ParallelFill(b.get(), n, 1);
+    if (b) {
+      ParallelFill(b.get(), n, 1);
+      g_flush_bytes = n * sizeof(float);
+    }
     return b;
   }();
   static const ReadFn read = PickRead(nullptr);

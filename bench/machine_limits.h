@@ -65,5 +65,8 @@ bool ResetPeakRss();
 // Decode in a real model reads each layer's KV cache after the other layers have evicted it, so
 // timing decode with a warm 300 MiB L3 would overstate memory bandwidth.
 void FlushCaches();
+// Bytes of the flush buffer (0 until FlushCaches first runs): resident memory of the benchmark's,
+// not of the workload's, so reports subtract it from the peak RSS.
+size_t FlushBufferBytes();
 
 }  // namespace openfia::bench
