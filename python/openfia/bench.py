@@ -8,8 +8,9 @@ interleaved (one call of each per round, min over rounds):
   * openfia.npu_fused_infer_attention_score on the workload's exact inputs (paged, quantized...);
   * "torch" : the fair PyTorch composition of the same computation, all of it timed: gather the
     pages by block_table, unpack/dequantize to bf16, scaled_dot_product_attention(enable_gqa=True);
-  * "torch*": SDPA on K/V already dequantized into contiguous bf16 (PyTorch's best case; the same
-    as "torch" for contiguous bf16 workloads, so shown once).
+  * "torch*": PyTorch's best case: SDPA on K/V already dequantized into contiguous bf16, and for
+    decode the query heads of each KV group folded into query rows (no enable_gqa expansion). For
+    contiguous bf16 prefill it is the same call as "torch" and is not timed twice.
 Before timing, every output is checked against float32 SDPA on the exactly dequantized inputs; a
 workload whose openfia output is wrong is reported as FAILED with no speed. Decode workloads run
 with cold caches (the last-level cache is flushed before each timed call, as in serving, where the
@@ -156,8 +157,20 @@ def run_workload(openfia, torch, w, runs, flush, progress):
         k, v = w.fair()
         return F.scaled_dot_product_attention(w.q_bnsd, k, v, **w.sdpa_kwargs)
 
-    def call_best():
-        return F.scaled_dot_product_attention(w.q_bnsd, w.k_best, w.v_best, **w.sdpa_kwargs)
+    B, N, S, Dq = w.q_bnsd.shape
+    KVN = w.k_best.shape[1]
+    if w.decode:
+        # PyTorch's fastest form of GQA decode: the query heads sharing a KV head become query rows
+        # of one head ([B, KVN, G, D]), so each K/V byte is read once (no enable_gqa expansion).
+        q_fold = w.q_bnsd.reshape(B, KVN, (N // KVN) * S, Dq)
+        best_kwargs = {"scale": w.sdpa_kwargs["scale"]}
+
+        def call_best():
+            o = F.scaled_dot_product_attention(q_fold, w.k_best, w.v_best, **best_kwargs)
+            return o.reshape(B, N, S, o.shape[-1])
+    else:
+        def call_best():
+            return F.scaled_dot_product_attention(w.q_bnsd, w.k_best, w.v_best, **w.sdpa_kwargs)
 
     o_fair = call_fair().float()
     o_best = call_best().float()
@@ -176,7 +189,7 @@ def run_workload(openfia, torch, w, runs, flush, progress):
     peers = [("openfia", lambda: openfia.npu_fused_infer_attention_score(*w.fia_args,
                                                                          **w.fia_kwargs)),
              ("torch", call_fair)]
-    if w.paged_or_quant:
+    if w.paged_or_quant or w.decode:
         peers.append(("torch_best", call_best))
     best = {name: math.inf for name, _ in peers}
     for r in range(runs):
@@ -187,7 +200,7 @@ def run_workload(openfia, torch, w, runs, flush, progress):
             fn()
             best[name] = min(best[name], time.perf_counter() - t0)
             progress.step(f"{w.name}: {name} run {r + 1}/{runs}")
-        if not w.paged_or_quant:
+        if len(peers) == 2:
             progress.step(f"{w.name}: round {r + 1}")
     for name in best:
         res[f"t_{name}"] = best[name]
@@ -254,7 +267,8 @@ def targets_text(results, lim, threads):
             p = pct(n)
             out.append(f"- {n}: KV read at {'n/a' if p is None else f'{p:.0f}%'} of streaming "
                        f"bandwidth (target >= 85%); {by[n]['t_torch'] / by[n]['t_openfia']:.2f}x "
-                       f"PyTorch SDPA (target >= 2x)")
+                       f"PyTorch SDPA (target >= 2x; {by[n]['t_torch_best'] / by[n]['t_openfia']:.2f}x "
+                       f"its best case)")
     for n, x in (("D2", 1.8), ("D3", 3.0)):
         if n in by and "D1" in by:
             out.append(f"- {n}: {by['D1']['t_openfia'] / by[n]['t_openfia']:.2f}x D1's speed "
@@ -319,7 +333,8 @@ def roofline_png(results, lim, threads, path):
         ax.axhline(amx, color="tab:purple", ls="-.", lw=1.0,
                    label=f"AMX bf16 peak {amx:.0f} GFLOP/s (information: oneDNN/PyTorch use it)")
     styles = [("openfia", "t_openfia", "o", "tab:blue"), ("torch (gather+dequant+SDPA)", "t_torch",
-              "x", "tab:green"), ("torch* (SDPA, contiguous bf16)", "t_torch_best", "^", "tab:gray")]
+              "x", "tab:green"), ("torch* (SDPA, contiguous bf16, decode GQA folded)",
+                                  "t_torch_best", "^", "tab:gray")]
     seen = {}
     for label, key, marker, color in styles:
         pts = [(r["flops"] / r["io_bytes"], r["flops"] / r[key] / 1e9, r["workload"]) for r in ok
@@ -424,8 +439,9 @@ def main(argv=None):
                  "support them yet): those timings measure the reference, not the engine.")
     md = (f"# openfia benchmark\n\n{label}\n\n{limits_text(lim, threads)}\n\n"
           f"Decode runs with {'warm' if args.warm else 'cold'} caches; min of {runs} interleaved "
-          f"rounds; torch = gather + dequantize + SDPA per call, torch* = SDPA on pre-dequantized "
-          f"contiguous bf16 K/V.{impl_note}\n\n{table}\n\n## Targets (reported, not asserted)\n\n"
+          f"rounds; torch = gather + dequantize + SDPA(enable_gqa=True) per call, torch* = SDPA on "
+          f"pre-dequantized contiguous bf16 K/V (decode: GQA group folded into query rows)."
+          f"{impl_note}\n\n{table}\n\n## Targets (reported, not asserted)\n\n"
           f"{targets}\n\n![roofline](roofline.png)\n")
     (out / "results.md").write_text(md)
     (out / "results.json").write_text(json.dumps({"limits": lim, "threads": threads,
