@@ -390,6 +390,37 @@ size_t StatusField(const char* key) {
   return 0;
 }
 
+// CPU time (in clock ticks) used by the whole machine and by this process, from /proc. Their
+// difference over an interval says how busy other processes kept the CPUs: the limits are only as
+// good as the machine was quiet.
+struct CpuTicks {
+  long long machine = 0, self = 0;
+};
+CpuTicks ReadCpuTicks() {
+  CpuTicks t;
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  long long v[8] = {};
+  if (stat >> cpu && cpu == "cpu") {
+    for (auto& x : v) stat >> x;
+    t.machine = v[0] + v[1] + v[2] + v[5] + v[6];  // user nice system irq softirq
+  }
+  std::ifstream self("/proc/self/stat");
+  std::string line;
+  std::getline(self, line);
+  const auto close = line.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    for (int i = 0; i < 11 && rest >> field; ++i) {
+    }
+    long long ut = 0, st = 0;
+    rest >> ut >> st;  // fields 14 and 15: utime, stime
+    t.self = ut + st;
+  }
+  return t;
+}
+
 std::string JsonEscape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -452,6 +483,7 @@ double MeasureReadBandwidthGBs(int threads, size_t bytes, double budget_s) {
 
 MachineLimits MeasureMachineLimits(int threads) {
   const auto t0 = Clock::now();
+  const CpuTicks ticks0 = ReadCpuTicks();
   MachineLimits m;
   m.cpu = CpuModel();
   m.threads = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
@@ -491,6 +523,11 @@ MachineLimits MeasureMachineLimits(int threads) {
 #endif
 #endif
   m.seconds = Seconds(t0, Clock::now());
+  const CpuTicks ticks1 = ReadCpuTicks();
+  const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
+  m.foreign_load = std::max(0.0, static_cast<double>((ticks1.machine - ticks0.machine) -
+                                                     (ticks1.self - ticks0.self)) /
+                                     hz / std::max(m.seconds, 1e-3));
   return m;
 }
 
@@ -506,7 +543,7 @@ std::string ToJson(const MachineLimits& m) {
     << ", \"has_bf16_dot\": " << (m.has_bf16_dot ? "true" : "false")
     << ", \"bf16_dot_gflops_core\": " << m.bf16_dot_gflops_core
     << ", \"bf16_dot_gflops_all\": " << m.bf16_dot_gflops_all
-    << ", \"amx_bf16_gflops_core\": " << m.amx_bf16_gflops_core << ", \"seconds\": " << m.seconds
+    << ", \"amx_bf16_gflops_core\": " << m.amx_bf16_gflops_core << ", \"seconds\": " << m.seconds << ", \"foreign_load\": " << m.foreign_load
     << "}";
   return o.str();
 }

@@ -35,6 +35,7 @@ struct MachineLimits {
   double amx_bf16_gflops_core = 0;  // AMX tdpbf16ps peak of one core (0 when absent/not granted);
                                     // for information: the targets use vdpbf16ps
   double seconds = 0;               // wall time spent measuring
+  double foreign_load = 0;          // CPUs' worth of time other processes used meanwhile (Linux)
 
   // Limits a workload run with `n` threads is measured against. Bandwidth: the all-thread
   // measurement (at least the 1-thread one) when n == threads, the 1-thread one when n == 1,

@@ -223,6 +223,10 @@ void PrintSummary(const std::vector<std::unique_ptr<Entry>>& all, size_t n_main,
                   ? (std::to_string(static_cast<int>(g_limits.bf16_dot_gflops_core)) + " GFLOP/s/core").c_str()
                   : "n/a (no AVX512-BF16)",
               g_limits.amx_bf16_gflops_core);
+  if (g_limits.foreign_load > 0.25)
+    std::printf("WARNING: other processes used %.1f CPUs' worth of time while the limits were "
+                "measured (a busy machine): limits and timings are pessimistic.\n\n",
+                g_limits.foreign_load);
   std::printf("| workload | shape | impl | threads | time ms | GFLOP/s | KV GB/s | %% of limit | "
               "peak RSS MiB (+during calls) | max err (tol) |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& e : entries) {
@@ -361,6 +365,9 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "openfia-bench %s: measuring machine limits...\n", openfia::Version().c_str());
   g_limits = MeasureMachineLimits(AllThreads());
   std::fprintf(stderr, "limits: %s\n", ToJson(g_limits).c_str());
+  if (g_limits.foreign_load > 0.25)
+    std::fprintf(stderr, "WARNING: other processes used %.1f CPUs while the limits were measured; "
+                 "every number of this run is pessimistic\n", g_limits.foreign_load);
   if (!g_opt.limits_out.empty()) {
     FILE* f = std::fopen(g_opt.limits_out.c_str(), "w");
     if (f == nullptr) Usage("cannot write " + g_opt.limits_out);

@@ -297,7 +297,10 @@ def limits_text(lim, threads):
             f"core; bf16 dot {bf}"
             + (f"; AMX bf16 {lim['amx_bf16_gflops_core']:.0f} GFLOP/s per core (information: "
                f"the targets use the bf16 dot peak)" if lim.get("amx_bf16_gflops_core") else "")
-            + ".")
+            + "."
+            + (f" WARNING: other processes used {lim['foreign_load']:.1f} CPUs' worth of time while "
+               f"the limits were measured (a busy machine): limits and timings are pessimistic."
+               if lim.get("foreign_load", 0) > 0.25 else ""))
 
 
 def roofline_png(results, lim, threads, path):
