@@ -362,7 +362,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
 
-  std::fprintf(stderr, "openfia-bench %s: measuring machine limits...\n", openfia::Version().c_str());
+  std::fprintf(stderr, "openfia-bench %s (SIMD target %s): measuring machine limits...\n",
+               openfia::Version().c_str(), openfia::SimdTarget().c_str());
   g_limits = MeasureMachineLimits(AllThreads());
   std::fprintf(stderr, "limits: %s\n", ToJson(g_limits).c_str());
   if (g_limits.foreign_load > 0.25)
