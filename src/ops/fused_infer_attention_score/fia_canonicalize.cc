@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "common/numeric.h"
 #include "ops/fused_infer_attention_score/fia_geometry.h"
 #include "ops/fused_infer_attention_score/fia_internal.h"
 
@@ -13,25 +14,12 @@ namespace {
 
 constexpr int64_t kInt32Max = 2147483647;
 
-Elem ToElem(DType t) {
-  switch (t) {
-    case DType::kFloat32: return Elem::kF32;
-    case DType::kFloat16: return Elem::kF16;
-    case DType::kBFloat16: return Elem::kBF16;
-    case DType::kInt8: return Elem::kI8;
-    case DType::kInt32: return Elem::kI4;  // the only int32 payload is packed int4
-    case DType::kFloat8E4M3: return Elem::kFP8E4M3;
-    case DType::kHiFloat8: return Elem::kHiF8;
-    default: return Elem::kU8;  // uint8, bool: one byte
-  }
-}
-
 // Operand of a contiguous tensor in query layout `layout` with `heads` heads of `d` elements.
 // Strides count stored elements: nibbles for int4 (the int32 last axis times 8).
 Operand DenseOperand(const TensorView& t, FiaLayout layout, int64_t heads, int64_t d) {
   Operand o;
   o.data = t.data;
-  o.elem = ToElem(t.dtype);
+  o.elem = ElemOf(t.dtype);
   std::vector<int64_t> sizes = t.sizes;
   if (o.elem == Elem::kI4) sizes.back() *= 8;
   const std::vector<int64_t> st = TensorView::ContiguousStrides(sizes);
@@ -60,7 +48,7 @@ Operand PagedOperand(const TensorView& t, FiaKvForm form, int64_t heads, int64_t
                      int64_t block_size) {
   Operand o;
   o.data = t.data;
-  o.elem = ToElem(t.dtype);
+  o.elem = ElemOf(t.dtype);
   switch (form) {
     case FiaKvForm::kPaged3:  // [blocknum, block_size, KV_N * D]
       o.sb = block_size * heads * d, o.ss = heads * d, o.sh = d, o.sd = 1;
@@ -94,10 +82,10 @@ Dequant MakeDequant(const FiaAntiquant& aq, const FiaGeometry& g, int64_t d) {
   // Legacy joint tensors hold K at index 0 and V at index 1 of their leading axis.
   const int64_t part = aq.index < 0 ? 0 : aq.index * (aq.scale->numel() / 2);
   q.scale = ElemPtr(*aq.scale, part);
-  q.scale_elem = ToElem(aq.scale->dtype);
+  q.scale_elem = ElemOf(aq.scale->dtype);
   if (aq.offset) {
     q.offset = ElemPtr(*aq.offset, part);
-    q.offset_elem = ToElem(aq.offset->dtype);
+    q.offset_elem = ElemOf(aq.offset->dtype);
   }
   switch (aq.form) {
     case F::kPerTensor:
@@ -208,7 +196,7 @@ Problem CanonicalizeFia(const FiaArgs& a, const FiaOutputSpec& spec, const Tenso
   if (a.pse_shift.defined()) {
     const TensorView& t = a.pse_shift;  // (B|1, N, Q_S', KV_S'), contiguous
     p.pse = t.data;
-    p.pse_elem = ToElem(t.dtype);
+    p.pse_elem = ElemOf(t.dtype);
     p.pse_sk = 1;
     p.pse_ss = t.size(3);
     p.pse_sh = t.size(2) * t.size(3);
@@ -276,7 +264,7 @@ Problem CanonicalizeFia(const FiaArgs& a, const FiaOutputSpec& spec, const Tenso
 
   // ---- outputs (contiguous, shapes from the spec) ----
   p.out = out.data;
-  p.out_elem = ToElem(g.spec.attention_out_dtype);
+  p.out_elem = ElemOf(g.spec.attention_out_dtype);
   const int64_t n = g.h_q, dv = g.d_v, s = g.q_s;
   switch (g.layout) {
     case FiaLayout::kBSH:

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/numeric.h"
 #include "ops/fused_infer_attention_score/fia_geometry.h"
 #include "ops/fused_infer_attention_score/fia_internal.h"
 
@@ -92,17 +93,6 @@ uint32_t ReadScaleBits(const TensorView& t, const char* name, bool allow_u64) {
 float BitsToFloat(uint32_t b) {
   float f;
   std::memcpy(&f, &b, sizeof f);
-  return f;
-}
-
-float LoadScaleElem(const TensorView& t, int64_t i) {
-  if (t.dtype == DType::kBFloat16) {
-    uint16_t h;
-    std::memcpy(&h, static_cast<const char*>(t.data) + 2 * i, 2);
-    return BitsToFloat(static_cast<uint32_t>(h) << 16);
-  }
-  float f;
-  std::memcpy(&f, static_cast<const char*>(t.data) + 4 * i, 4);
   return f;
 }
 
@@ -1206,9 +1196,9 @@ FiaGeometry AnalyzeFia(const FiaArgs& a) {
     }
     g.quant_scale2.resize(n);
     g.quant_offset2.assign(n, 0.f);
-    for (int64_t i = 0; i < n; ++i) g.quant_scale2[i] = LoadScaleElem(s, i);
+    for (int64_t i = 0; i < n; ++i) g.quant_scale2[i] = LoadFloat(s.data, ElemOf(s.dtype), i);
     if (a.quant_offset2.defined())
-      for (int64_t i = 0; i < n; ++i) g.quant_offset2[i] = LoadScaleElem(a.quant_offset2, i);
+      for (int64_t i = 0; i < n; ++i) g.quant_offset2[i] = LoadFloat(a.quant_offset2.data, ElemOf(a.quant_offset2.dtype), i);
 
     OPENFIA_CHECK_SUPPORTED(!tnd, "quant_scale2",
                             "input_layout TND does not support post-quantization (TND不支持后量化)",
