@@ -186,6 +186,14 @@ TEST(KvqsfaValidate, KeyRowsContiguousAndAligned) {
               "key");
   ExpectError(B, [](KvqsfaArgs& a) { a.key.strides[0] = -a.key.strides[0]; }, "key");
 }
+TEST(KvqsfaValidate, TensorsAddressable) {
+  Built B = Build(Small());
+  ExpectError(B, [](KvqsfaArgs& a) { a.key.strides[0] = int64_t{1} << 60; }, "key");
+  ExpectError(B, [](KvqsfaArgs& a) {
+    a.query.sizes[1] = int64_t{1} << 50;
+    a.query.strides = TensorView::ContiguousStrides(a.query.sizes);
+  }, "query");
+}
 TEST(KvqsfaValidate, KeyBatchMatchesQuery) {
   Built B = Build(Small());
   ExpectError(B, [](KvqsfaArgs& a) {

@@ -40,6 +40,20 @@ void CheckData(const TensorView& t, const char* arg) {
     OPENFIA_CHECK(t.strides[i] >= 0, arg, "strides must be non-negative", "strides ", t.strides);
   }
   OPENFIA_CHECK(t.numel() == 0 || t.data != nullptr, arg, "must not be a null pointer", "null");
+  // Every element offset (and its byte offset) must be representable: sum (size-1)*stride and the
+  // element count stay below 2^56.
+  constexpr int64_t kMaxExtent = int64_t{1} << 56;
+  int64_t n = 1, extent = 0;
+  bool ovf = false;
+  for (int64_t i = 0; i < t.dim() && t.numel() > 0; ++i) {
+    int64_t term = 0;
+    ovf = ovf || __builtin_mul_overflow(n, t.sizes[i], &n) ||
+          __builtin_mul_overflow(t.sizes[i] - 1, t.strides[i], &term) ||
+          __builtin_add_overflow(extent, term, &extent);
+  }
+  OPENFIA_CHECK(!ovf && n <= kMaxExtent && extent <= kMaxExtent, arg,
+                "element count and strided extent must stay below 2^56", t.shape_string(),
+                " strides ", t.strides);
 }
 
 // Reads a 1-D int32/int64 host tensor (the NPU takes these as tensors).
