@@ -14,7 +14,8 @@ JOBS=${JOBS:-$(nproc)}
 OUT=bench_out
 mkdir -p "$OUT"
 
-# ---- what the benchmark needs: libbenchmark-dev (C++), the openfia module, matplotlib ----
+# ---- what the benchmark needs: build tools, libbenchmark-dev (C++), the openfia module, matplotlib ----
+bash scripts/install_deps.sh
 if [ ! -f /usr/include/benchmark/benchmark.h ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
