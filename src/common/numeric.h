@@ -26,9 +26,16 @@ float FP8E4M3ToF32(uint8_t x);
 uint8_t F32ToFP8E4M3(float f);
 
 // Ascend HiFloat8 (SEMANTICS.md 2.5): 0x00 = 0, 0x80 = NaN, 0x6F/0xEF = +-inf, tapered precision.
-// F32ToHiF8 picks the nearest representable value (ties to the even code), saturating to +-32768.
+// F32ToHiF8 picks the nearest representable value (ties to the even code: the one whose bit 0
+// is clear), saturating finite overflow to +-32768; +-inf stays +-inf, NaN -> 0x80, and there
+// is no -0 (tiny negatives -> 0x00).
 float HiF8ToF32(uint8_t x);
 uint8_t F32ToHiF8(float f);
+// HiFloat8 as the NPU itself converts (Cast to hifloat8_t with CAST_ROUND, "Half To Away Round";
+// the NPU offers no ties-to-even mode for HiFloat8, only this and a stochastic "hybrid" mode):
+// nearest value, ties away from zero. |f| >= 40960 (halfway from 32768 to the code 0x6F) and
+// +-inf become +-inf, or +-32768 when `saturate`. NaN -> 0x80; magnitudes below 2^-23 -> 0x00.
+uint8_t F32ToHiF8RoundAway(float f, bool saturate);
 
 // Element e of packed int4 storage: byte e/2, low nibble for even e, two's complement.
 inline int Int4Get(const void* base, int64_t e) {

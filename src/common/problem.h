@@ -51,6 +51,7 @@ struct Dequant {
     kPerTensorHead,   // (h)
     kPerToken,        // (b, s)
     kPerTokenHead,    // (b, h, s)
+    kPerTile,         // (b, h, s, d / d_group): tile-quantized rows (KvQuantSparseFlashAttention)
   };
   Kind kind = Kind::kNone;
   const void* scale = nullptr;  // never null unless kind == kNone
@@ -58,6 +59,11 @@ struct Dequant {
   const void* offset = nullptr;  // may be null (symmetric)
   Elem offset_elem = Elem::kF32;
   int64_t sb = 0, sh = 0, ss = 0, sd = 0;  // shared by scale and offset
+  int64_t d_group = 0;  // > 0: the channel term is (d / d_group) * sd instead of d * sd
+
+  int64_t Index(int64_t b, int64_t h, int64_t s, int64_t d) const {
+    return b * sb + h * sh + s * ss + (d_group > 0 ? d / d_group : d) * sd;
+  }
 };
 
 // One of K, V or K-rope: where logical key j of batch b (0 <= j < prefix_len + kv_len[b]) lives.
@@ -113,6 +119,15 @@ struct Problem {
   const uint8_t* mask = nullptr;
   int64_t mask_sb = 0, mask_ss = 0, mask_sk = 0;
   std::vector<int64_t> mask_row0, mask_col0;
+
+  // Sparse key selection (KvQuantSparseFlashAttention): when key_offset is non-empty, valid query
+  // row i of batch b and KV head hk attends exactly the tokens
+  //   key_index[key_offset[r] .. key_offset[r + 1]),  r = (q_row_base[b] + i) * h_kv + hk,
+  // q_row_base[b] = q_len[0] + ... + q_len[b-1] (valid rows compacted in batch order). A token t is
+  // a position in the batch's KV sequence (cache token kv_begin[b] + t, prefix_len is 0); duplicates
+  // are attended as often as they appear. Bands and masks do not apply (selection already did).
+  std::vector<int64_t> key_offset, q_row_base;
+  std::vector<int32_t> key_index;
 
   const float* sinks = nullptr;  // [h_q] or null: a per-head logit added to the softmax denominator
 

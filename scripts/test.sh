@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs openfia's dependencies, then builds and runs every test: C++ (GoogleTest, dev build and
+# ASan+UBSan build, plus the scalar-only build) and Python (pytest against PyTorch).
+# Usage: scripts/test.sh            (OPENFIA_TIER=full for the full case list)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+bash scripts/install_deps.sh
+JOBS=${JOBS:-$(nproc)}
+
+echo "== C++ tests (dev build) =="
+cmake --preset dev >/dev/null
+cmake --build build/dev -j"$JOBS"
+ctest --test-dir build/dev -j"$JOBS" --output-on-failure
+
+echo "== C++ tests (scalar-only build: no SIMD targets) =="
+cmake --preset scalar -DOPENFIA_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build build/scalar -j"$JOBS"
+ctest --test-dir build/scalar -j"$JOBS" --output-on-failure
+
+echo "== C++ tests (ASan + UBSan) =="
+cmake --preset asan >/dev/null
+cmake --build build/asan -j"$JOBS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build/asan -j"$JOBS" --output-on-failure
+
+if [ -f pyproject.toml ]; then
+  echo "== Python tests (pytest vs PyTorch float64) =="
+  $PY -m pip install -q --no-build-isolation .
+  (cd tests/python && $PY -m pytest -q -x .)
+fi
