@@ -59,6 +59,7 @@ bool EngineSupports(const Problem& p, std::string* why) {
   std::string w;
   const Elem q = p.q.elem;
   if (p.full_quant) w = "int8 full quantization (query/key/value int8)";
+  else if (!p.key_offset.empty()) w = "sparse per-row key selection";
   else if (!IsFloat(q)) w = "query dtype other than float32/float16/bfloat16";
   else if (p.d_rope > 0 && p.q_rope.elem != q) w = "query_rope dtype differs from the query";
   else if (!(w = KvWhy("key", p.k, q)).empty()) {

@@ -15,6 +15,15 @@
 // P rounded to the query dtype (SPEC 2.6); acc += P * V (register-blocked FMA). Tiles the band
 // proves empty are skipped; the band / bit mask is evaluated per element only on boundary tiles.
 
+#ifndef OPENFIA_ATTEND_ROWS
+#define OPENFIA_ATTEND_ROWS 4
+#define OPENFIA_ATTEND_COLS 4
+#endif
+// Register blocks live in registers only if the loops over R and C are fully unrolled.
+#define OPENFIA_UNROLL _Pragma("GCC unroll 32")
+constexpr int kRB = OPENFIA_ATTEND_ROWS;  // register block: rows
+constexpr int kCB = OPENFIA_ATTEND_COLS;  // register block: vectors of columns
+
 constexpr int W = V::kW;
 constexpr int64_t TN = kTileKeys;
 static_assert(TN % W == 0, "tile width must be a multiple of the vector width");
@@ -69,30 +78,110 @@ inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t
   }
 }
 
+// Prefetches the rows of keys [j0, j1) (row-contiguous storage only): decode streams K and V
+// from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
+// not follow across pages; asking one tile ahead keeps enough misses in flight.
+inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j0,
+                         int64_t j1, int64_t D) {
+  const Elem e = kv.cache.elem;
+  if (kv.cache.sd != 1 || kv.cache.d_split != 0 || e == Elem::kI4) return;
+  const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
+  const int64_t bytes = D * size;
+  for (int64_t j = std::max(j0, p.prefix_len); j < j1; ++j) {
+    const void* base;
+    int64_t off;
+    uint8_t pre;
+    ResolveKey(p, kv, b, hk, j, &base, &off, &pre);
+    const char* row = static_cast<const char*>(base) + off * size;
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
+    __builtin_prefetch(row + bytes - 1);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Packing
 
-// kt[(row0 + d) * TN + n] = channel d of key n, for d < D, n < round_up(nk, W) (zeros past nk).
-inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* off,
-                   const uint8_t* pre, int64_t nk, int64_t D, int64_t row0, float* kt) {
-  const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
-  const int64_t npad = (nk + W - 1) / W * W;
-  const int64_t dfull = D / W * W;
+// Typed loads of W elements at element index e of row pointer `row`.
+template <Elem E>
+inline typename V::T LoadAt(const void* row, int64_t e) {
+  if constexpr (E == Elem::kF32) return V::Load(static_cast<const float*>(row) + e);
+  else if constexpr (E == Elem::kF16) return V::LoadF16(static_cast<const uint16_t*>(row) + e);
+  else return V::LoadBF16(static_cast<const uint16_t*>(row) + e);
+}
+
+// The tile's keys all live in one vector-contiguous operand: row[n] points at channel 0 of key n
+// (typed element pointer) and doff[k] is the element offset of channel k * W.
+struct FastRows {
+  const void* row[TN];
+  int64_t doff[1024 / W + 1];
+  bool ok = false;
+};
+
+inline bool MakeFastRows(const KvOperand& kv, const void* const* base, const int64_t* off,
+                         const uint8_t* pre, int64_t nk, int64_t D, FastRows* f) {
+  const Operand& o = pre[0] ? kv.prefix : kv.cache;
+  if (!VecContiguous(o) || D / W > 1024 / W) return false;
+  for (int64_t n = 0; n < nk; ++n)
+    if (pre[n] != pre[0]) return false;
+  const int64_t size = o.elem == Elem::kF32 ? 4 : 2;
+  for (int64_t n = 0; n < nk; ++n) f->row[n] = static_cast<const char*>(base[n]) + off[n] * size;
+  for (int64_t k = 0; k * W < D; ++k) f->doff[k] = DOff(o, k * W);
+  return true;
+}
+
+template <Elem E>
+inline void PackKTFast(const FastRows& f, int64_t nk, int64_t D, int64_t row0, float* kt) {
+  const int64_t npad = (nk + W - 1) / W * W, dfull = D / W * W;
   for (int64_t n0 = 0; n0 < npad; n0 += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, nk - n0));
     for (int64_t d0 = 0; d0 < dfull; d0 += W) {
       typename V::T r[W];
-      for (int i = 0; i < W; ++i) {
-        const int64_t n = n0 + i;
-        if (n < nk) {
-          const Operand& o = pre[n] ? kv.prefix : kv.cache;
-          r[i] = LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0);
-        } else {
-          r[i] = V::Zero();
-        }
+      const int64_t e = f.doff[d0 / W];
+      if (m == W) {
+        OPENFIA_UNROLL
+        for (int i = 0; i < W; ++i) r[i] = LoadAt<E>(f.row[n0 + i], e);
+      } else {
+        for (int i = 0; i < W; ++i) r[i] = i < m ? LoadAt<E>(f.row[n0 + i], e) : V::Zero();
       }
       V::Transpose(r);
+      OPENFIA_UNROLL
       for (int i = 0; i < W; ++i) V::Store(kt + (row0 + d0 + i) * TN + n0, r[i]);
     }
+  }
+}
+
+// kt[(row0 + d) * TN + n] = channel d of key n, for d < D, n < round_up(nk, W) (zeros past nk).
+inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* off,
+                   const uint8_t* pre, int64_t nk, int64_t D, int64_t row0, float* kt,
+                   FastRows* fast) {
+  const int64_t npad = (nk + W - 1) / W * W;
+  const int64_t dfull = D / W * W;
+  if (MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+    switch ((pre[0] ? kv.prefix : kv.cache).elem) {
+      case Elem::kF32: PackKTFast<Elem::kF32>(*fast, nk, D, row0, kt); break;
+      case Elem::kF16: PackKTFast<Elem::kF16>(*fast, nk, D, row0, kt); break;
+      default: PackKTFast<Elem::kBF16>(*fast, nk, D, row0, kt); break;
+    }
+  } else {
+    const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
+    for (int64_t n0 = 0; n0 < npad; n0 += W) {
+      for (int64_t d0 = 0; d0 < dfull; d0 += W) {
+        typename V::T r[W];
+        for (int i = 0; i < W; ++i) {
+          const int64_t n = n0 + i;
+          if (n < nk) {
+            const Operand& o = pre[n] ? kv.prefix : kv.cache;
+            r[i] = LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0);
+          } else {
+            r[i] = V::Zero();
+          }
+        }
+        V::Transpose(r);
+        for (int i = 0; i < W; ++i) V::Store(kt + (row0 + d0 + i) * TN + n0, r[i]);
+      }
+    }
+  }
+  for (int64_t n0 = 0; n0 < npad; n0 += W) {
     for (int64_t d = dfull; d < D; ++d) {
       for (int64_t n = n0; n < n0 + W; ++n) {
         float x = 0.f;
@@ -106,30 +195,48 @@ inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* 
   }
 }
 
-// v[n * ld + d] = channel d of value n for n < nk, d < ld (zeros past D). Returns true when a
-// packed value is not finite (then masked cells must be skipped, not multiplied by P = 0).
-inline bool PackV(const KvOperand& kv, const void* const* base, const int64_t* off,
-                  const uint8_t* pre, int64_t nk, int64_t D, int64_t ld, float* v) {
-  const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
+template <Elem E>
+inline void PackVFast(const FastRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
+  for (int64_t n = 0; n < nk; ++n) {
+    float* dst = v + n * ld;
+    for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(dst + d0, LoadAt<E>(f.row[n], f.doff[d0 / W]));
+  }
+}
+
+// v[n * ld + d] = channel d of value n for n < nk, d < ld (zeros past D).
+inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* off,
+                  const uint8_t* pre, int64_t nk, int64_t D, int64_t ld, float* v,
+                  FastRows* fast) {
   const int64_t dfull = D / W * W;
-  typename V::T bad = V::Zero();  // x - x is 0 for finite x and NaN otherwise
+  if (MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+    switch ((pre[0] ? kv.prefix : kv.cache).elem) {
+      case Elem::kF32: PackVFast<Elem::kF32>(*fast, nk, dfull, ld, v); break;
+      case Elem::kF16: PackVFast<Elem::kF16>(*fast, nk, dfull, ld, v); break;
+      default: PackVFast<Elem::kBF16>(*fast, nk, dfull, ld, v); break;
+    }
+  } else {
+    const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
+    for (int64_t n = 0; n < nk; ++n) {
+      const Operand& o = pre[n] ? kv.prefix : kv.cache;
+      for (int64_t d0 = 0; d0 < dfull; d0 += W)
+        V::Store(v + n * ld + d0, LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0));
+    }
+  }
   for (int64_t n = 0; n < nk; ++n) {
     const Operand& o = pre[n] ? kv.prefix : kv.cache;
-    const bool c = pre[n] ? pc : cc;
     float* dst = v + n * ld;
-    for (int64_t d0 = 0; d0 < dfull; d0 += W) {
-      const typename V::T x = LoadRow(o, c, base[n], off[n], d0);
-      bad = V::Add(bad, V::Sub(x, x));
-      V::Store(dst + d0, x);
-    }
-    float sbad = 0.f;
-    for (int64_t d = dfull; d < D; ++d) {
-      const float x = cvt::Load(base[n], o.elem, off[n] + DOff(o, d));
-      sbad += x - x;
-      dst[d] = x;
-    }
+    for (int64_t d = dfull; d < D; ++d) dst[d] = cvt::Load(base[n], o.elem, off[n] + DOff(o, d));
     for (int64_t d = D; d < ld; ++d) dst[d] = 0.f;
-    bad = V::Add(bad, V::Set1(sbad));
+  }
+}
+
+// True when a packed value is not finite (then masked cells must be skipped, not multiplied by
+// P = 0). Checked on boundary tiles only: elsewhere every cell is visible and NaN must propagate.
+inline bool AnyNonFinite(const float* v, int64_t nk, int64_t ld) {
+  typename V::T bad = V::Zero();  // x - x is 0 for finite x and NaN otherwise
+  for (int64_t i = 0; i < nk * ld; i += W) {
+    const typename V::T x = V::Load(v + i);
+    bad = V::Add(bad, V::Sub(x, x));
   }
   return V::ReduceSum(bad) != 0.f;
 }
@@ -137,28 +244,29 @@ inline bool PackV(const KvOperand& kv, const void* const* base, const int64_t* o
 // ---------------------------------------------------------------------------------------------
 // Micro-kernels
 
-#ifndef OPENFIA_ATTEND_ROWS
-#define OPENFIA_ATTEND_ROWS 4
-#define OPENFIA_ATTEND_COLS 4
-#endif
-constexpr int kRB = OPENFIA_ATTEND_ROWS;  // register block: rows
-constexpr int kCB = OPENFIA_ATTEND_COLS;  // register block: vectors of columns
 
 // s[r * TN + c] = sum_d q[r * ldq + d] * kt[d * TN + c], for R rows and C vectors of keys.
 template <int R, int C>
 inline void ScoreBlock(const float* q, int64_t ldq, const float* kt, int64_t D, float* s) {
   typename V::T acc[R][C];
+  OPENFIA_UNROLL
   for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
     for (int c = 0; c < C; ++c) acc[r][c] = V::Zero();
   for (int64_t d = 0; d < D; ++d) {
     typename V::T k[C];
+    OPENFIA_UNROLL
     for (int c = 0; c < C; ++c) k[c] = V::Load(kt + d * TN + c * W);
+    OPENFIA_UNROLL
     for (int r = 0; r < R; ++r) {
       const typename V::T qb = V::Set1(q[r * ldq + d]);
+      OPENFIA_UNROLL
       for (int c = 0; c < C; ++c) acc[r][c] = V::Fma(qb, k[c], acc[r][c]);
     }
   }
+  OPENFIA_UNROLL
   for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
     for (int c = 0; c < C; ++c) V::Store(s + r * TN + c * W, acc[r][c]);
 }
 
@@ -191,17 +299,24 @@ template <int R, int C>
 inline void PvBlock(const float* p, const float* v, int64_t ldv, int64_t nk, float* acc,
                     int64_t lda) {
   typename V::T a[R][C];
+  OPENFIA_UNROLL
   for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
     for (int c = 0; c < C; ++c) a[r][c] = V::Load(acc + r * lda + c * W);
   for (int64_t n = 0; n < nk; ++n) {
     typename V::T x[C];
+    OPENFIA_UNROLL
     for (int c = 0; c < C; ++c) x[c] = V::Load(v + n * ldv + c * W);
+    OPENFIA_UNROLL
     for (int r = 0; r < R; ++r) {
       const typename V::T pb = V::Set1(p[r * TN + n]);
+      OPENFIA_UNROLL
       for (int c = 0; c < C; ++c) a[r][c] = V::Fma(pb, x[c], a[r][c]);
     }
   }
+  OPENFIA_UNROLL
   for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
     for (int c = 0; c < C; ++c) V::Store(acc + r * lda + c * W, a[r][c]);
 }
 
@@ -285,6 +400,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
     }
   }
 
+  FastRows fast;
   const int64_t tile0 = w.j0 / TN * TN;
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
     const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
@@ -293,15 +409,22 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
     const bool full = p.mask == nullptr && (w.i1 - 1) - pre <= jt0 && jt1 - 1 <= w.i0 + next;
     const int64_t npad = (nk + W - 1) / W * W;
 
+    if (jt1 < w.j1) {
+      const int64_t pj1 = std::min(jt1 + TN, w.j1);
+      PrefetchKeys(p, p.k, b, w.hk, jt1, pj1, p.d_qk);
+      PrefetchKeys(p, p.v, b, w.hk, jt1, pj1, Dv);
+    }
     for (int64_t n = 0; n < nk; ++n) {
       ResolveKey(p, p.k, b, w.hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n]);
       ResolveKey(p, p.v, b, w.hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n]);
       if (p.d_rope > 0)
         ResolveKey(p, p.k_rope, b, w.hk, jt0 + n, &sc.rbase[n], &sc.roff[n], &sc.kpre[n]);
     }
-    PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt);
-    if (p.d_rope > 0) PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt);
-    const bool v_bad = PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v);
+    PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast);
+    if (p.d_rope > 0)
+      PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast);
+    PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast);
+    const bool v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
 
     Scores(sc.q, ldq, rows, sc.kt, D, npad, sc.s);
 

@@ -82,7 +82,7 @@ struct V {
     const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
   }
-  static void Transpose(T* r) {
+  __attribute__((always_inline)) static inline void Transpose(T* r) {
     T t[8], u[8];
     for (int i = 0; i < 4; ++i) {
       t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);

@@ -64,7 +64,7 @@ struct Avx512Vec {
   }
 
   // 16x16 transpose: unpack ps, unpack pd, then two rounds of 128-bit lane shuffles.
-  static void Transpose(T* r) {
+  __attribute__((always_inline)) static inline void Transpose(T* r) {
     T t[16], u[16];
     for (int i = 0; i < 8; ++i) {
       t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
