@@ -24,6 +24,9 @@
 constexpr int kRB = OPENFIA_ATTEND_ROWS;  // register block: rows
 constexpr int kCB = OPENFIA_ATTEND_COLS;  // register block: vectors of columns
 
+#ifndef OPENFIA_PREFETCH_TILES
+#define OPENFIA_PREFETCH_TILES 4
+#endif
 constexpr int W = V::kW;
 constexpr int64_t TN = kTileKeys;
 static_assert(TN % W == 0, "tile width must be a multiple of the vector width");
@@ -81,6 +84,7 @@ inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t
 // Prefetches the rows of keys [j0, j1) (row-contiguous storage only): decode streams K and V
 // from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
 // not follow across pages; asking one tile ahead keeps enough misses in flight.
+constexpr int64_t kPrefetchTiles = OPENFIA_PREFETCH_TILES;
 inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j0,
                          int64_t j1, int64_t D) {
   const Elem e = kv.cache.elem;
@@ -409,10 +413,13 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
     const bool full = p.mask == nullptr && (w.i1 - 1) - pre <= jt0 && jt1 - 1 <= w.i0 + next;
     const int64_t npad = (nk + W - 1) / W * W;
 
-    if (jt1 < w.j1) {
-      const int64_t pj1 = std::min(jt1 + TN, w.j1);
-      PrefetchKeys(p, p.k, b, w.hk, jt1, pj1, p.d_qk);
-      PrefetchKeys(p, p.v, b, w.hk, jt1, pj1, Dv);
+    {  // keep kPrefetchTiles tiles of K and V in flight ahead of the one being packed
+      const int64_t pf0 = t0 == tile0 ? jt1 : std::min(w.j1, t0 + kPrefetchTiles * TN);
+      const int64_t pf1 = std::min(w.j1, t0 + (kPrefetchTiles + 1) * TN);
+      if (pf0 < pf1) {
+        PrefetchKeys(p, p.k, b, w.hk, pf0, pf1, p.d_qk);
+        PrefetchKeys(p, p.v, b, w.hk, pf0, pf1, Dv);
+      }
     }
     for (int64_t n = 0; n < nk; ++n) {
       ResolveKey(p, p.k, b, w.hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n]);
