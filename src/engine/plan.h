@@ -17,7 +17,7 @@
 namespace openfia::internal {
 
 inline constexpr int64_t kTileKeys = 64;  // keys per KV tile (multiple of every SIMD width)
-inline constexpr int64_t kMaxRows = 64;   // rows per work item (head x query pairs)
+inline constexpr int64_t kMaxRows = 128;  // rows per work item (head x query pairs)
 
 struct WorkItem {
   int64_t b = 0, hk = 0;

@@ -164,7 +164,7 @@ TEST(Engine, OddHeadDimsAndGqa) {
 
 TEST(Engine, LargeGroupSplitsHeads) {
   CaseSpec s;
-  s.h_q = 70;  // more query heads per KV head than rows in a work item
+  s.h_q = 130;  // more query heads per KV head than rows in a work item
   s.h_kv = 1;
   s.d_qk = 16;
   s.d_v = 16;
