@@ -26,7 +26,8 @@ Plan MakePlan(const Problem& p) {
   std::vector<WorkItem> base;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t nq = p.q_len[b], kvt = p.kv_total(b);
-    const int64_t pre = p.band_pre[b], next = p.band_next[b];
+    const int64_t pre = p.band_pre.empty() ? Problem::kNoBand : p.band_pre[b];
+    const int64_t next = p.band_next.empty() ? Problem::kNoBand : p.band_next[b];
     for (int64_t hk = 0; hk < p.h_kv; ++hk) {
       for (int64_t g0 = 0; g0 < G; g0 += g_chunk) {
         for (int64_t i0 = 0; i0 < nq; i0 += q_tile) {

@@ -379,7 +379,13 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
   const float scale = static_cast<float>(p.scale);
   const Elem pe = p.q.elem;  // P is rounded to the query dtype before P * V (SPEC 2.6)
-  const int64_t pre = p.band_pre[b], next = p.band_next[b];
+  // Hand-built problems may leave unused per-batch vectors empty: no band, zero origins.
+  const auto at = [b](const std::vector<int64_t>& v, int64_t absent) {
+    return v.empty() ? absent : v[b];
+  };
+  const int64_t pre = at(p.band_pre, Problem::kNoBand), next = at(p.band_next, Problem::kNoBand);
+  const int64_t mask_row0 = at(p.mask_row0, 0), mask_col0 = at(p.mask_col0, 0);
+  const int64_t pse_row0 = at(p.pse_row0, 0), pse_col0 = at(p.pse_col0, 0);
 
   for (int64_t r = 0; r < rows; ++r) {
     out.m[r] = kNegInf;
@@ -440,11 +446,11 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         const int64_t i = w.i0 + qi;
         uint8_t* vr = sc.vis + qi * TN;
         const uint8_t* mrow =
-            p.mask ? p.mask + b * p.mask_sb + (p.mask_row0[b] + i) * p.mask_ss : nullptr;
+            p.mask ? p.mask + b * p.mask_sb + (mask_row0 + i) * p.mask_ss : nullptr;
         for (int64_t n = 0; n < nk; ++n) {
           const int64_t j = jt0 + n;
           bool ok = j >= i - pre && j <= i + next;
-          if (ok && mrow) ok = mrow[(p.mask_col0[b] + j) * p.mask_sk] == 0;
+          if (ok && mrow) ok = mrow[(mask_col0 + j) * p.mask_sk] == 0;
           vr[n] = ok;
         }
       }
@@ -456,8 +462,8 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
       if (p.pse) {
         const int64_t h = w.hk * G + w.g0 + r / nq, i = w.i0 + r % nq;
-        const int64_t po = b * p.pse_sb + h * p.pse_sh + (p.pse_row0[b] + i) * p.pse_ss +
-                           (p.pse_col0[b] + jt0) * p.pse_sk;
+        const int64_t po = b * p.pse_sb + h * p.pse_sh + (pse_row0 + i) * p.pse_ss +
+                           (pse_col0 + jt0) * p.pse_sk;
         for (int64_t n = 0; n < nk; ++n) s[n] += cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
       }
       if (!full) {

@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine_case.h"
 #include "openfia/runtime.h"
+#include "reference/reference.h"
 #include "simd/simd.h"
 
 namespace openfia::internal::testing {
@@ -100,10 +101,15 @@ void RunCase(const CaseSpec& spec) {
   Case c(spec);
   std::string why;
   ASSERT_TRUE(EngineSupports(c.problem(), &why)) << why;
+  // The fp64 reference is the contract; the test's own oracle is a second, independent opinion.
   c.ResetOutputs();
-  Oracle(c.problem());
+  RunReference(c.problem());
   const std::vector<uint8_t> ref_out(c.out(), c.out() + c.out_bytes());
   const std::vector<float> ref_lse = c.lse();
+  c.ResetOutputs();
+  Oracle(c.problem());
+  const std::vector<uint8_t> oracle_out(c.out(), c.out() + c.out_bytes());
+  const std::vector<float> oracle_lse = c.lse();
   for (const std::string& target : Targets()) {
     SetSimdCap(target);
     ASSERT_EQ(SimdTarget(), target);
@@ -115,7 +121,8 @@ void RunCase(const CaseSpec& spec) {
       RunEngine(c.problem());
       const std::string what = target + " x" + std::to_string(threads);
       if (threads == 1) {
-        Compare(c, ref_out, ref_lse, what);
+        Compare(c, ref_out, ref_lse, what + " vs reference");
+        Compare(c, oracle_out, oracle_lse, what + " vs oracle");
         first_out.assign(c.out(), c.out() + c.out_bytes());
         first_lse = c.lse();
       } else {
