@@ -5,4 +5,5 @@
 #include "openfia/error.h"
 #include "openfia/fused_infer_attention_score.h"
 #include "openfia/runtime.h"
+#include "openfia/sparse_attn_sharedkv.h"
 #include "openfia/tensor_view.h"
