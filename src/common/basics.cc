@@ -1,4 +1,5 @@
 // openfia: DType names, Error, TensorView helpers, check plumbing.
+#include <cstdint>
 #include <numeric>
 
 #include "common/check.h"
@@ -37,11 +38,20 @@ TensorView::TensorView(void* d, DType t, std::vector<int64_t> sz, std::vector<in
 }
 
 int64_t TensorView::numel() const {
-  return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<int64_t>());
+  // Saturates instead of overflowing: callers compare against real buffer sizes, and validation
+  // rejects anything above 2^56 elements before computing.
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    if (s <= 0) return 0;
+    if (__builtin_mul_overflow(n, s, &n)) return INT64_MAX;
+  }
+  return n;
 }
 
 bool TensorView::is_contiguous() const {
   if (strides.size() != sizes.size()) return false;
+  for (int64_t s : sizes)
+    if (s == 0) return true;  // an empty tensor has no layout to violate
   int64_t expect = 1;
   for (int64_t i = dim() - 1; i >= 0; --i) {
     if (sizes[i] != 1 && strides[i] != expect) return false;
@@ -57,7 +67,7 @@ std::vector<int64_t> TensorView::ContiguousStrides(const std::vector<int64_t>& s
   int64_t s = 1;
   for (int64_t i = static_cast<int64_t>(sizes.size()) - 1; i >= 0; --i) {
     st[i] = s;
-    s *= sizes[i] > 0 ? sizes[i] : 1;
+    if (sizes[i] > 0 && __builtin_mul_overflow(s, sizes[i], &s)) s = INT64_MAX;
   }
   return st;
 }

@@ -35,3 +35,15 @@ TEST(TensorView, ContiguityAndShape) {
 
 }  // namespace
 }  // namespace openfia
+
+namespace openfia {
+namespace {
+TEST(TensorView, EmptyIsContiguousAndNumelSaturates) {
+  TensorView e(nullptr, DType::kFloat32, {3, 17, 0});
+  EXPECT_TRUE(e.is_contiguous());
+  EXPECT_EQ(e.numel(), 0);
+  TensorView huge(nullptr, DType::kFloat32, {int64_t{1} << 40, int64_t{1} << 40}, {1, 1});
+  EXPECT_EQ(huge.numel(), INT64_MAX);
+}
+}  // namespace
+}  // namespace openfia

@@ -1,0 +1,1515 @@
+// FusedInferAttentionScore validation and canonicalization: one negative test per rule (an
+// otherwise valid call with one thing broken must throw an Error naming that argument and the
+// offending value), positive tests for every layout/feature with the documented output shapes,
+// and checks of the canonical Problem (strides, ranges, bands, masks, dequant, NZ addressing).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/problem.h"
+#include "openfia/openfia.h"
+#include "ops/fused_infer_attention_score/fia_internal.h"
+
+namespace openfia::internal {
+namespace {
+
+// Owns the memory of the tensors of one call.
+class Arena {
+ public:
+  TensorView T(DType dt, std::vector<int64_t> sizes) {
+    int64_t n = 1;
+    for (int64_t s : sizes) n *= s;
+    bufs_.emplace_back(static_cast<size_t>(std::max<int64_t>(n, 1) * ElementSize(dt)), 0);
+    return TensorView(bufs_.back().data(), dt, std::move(sizes));
+  }
+  TensorView I64(int64_t v) {
+    TensorView t = T(DType::kInt64, {1});
+    std::memcpy(t.data, &v, 8);
+    return t;
+  }
+  TensorView F32(std::vector<int64_t> sizes, float v) {
+    TensorView t = T(DType::kFloat32, std::move(sizes));
+    for (int64_t i = 0; i < t.numel(); ++i) static_cast<float*>(t.data)[i] = v;
+    return t;
+  }
+  TensorView CausalMask(DType dt = DType::kBool, std::vector<int64_t> sizes = {2048, 2048}) {
+    TensorView t = T(dt, std::move(sizes));
+    auto* p = static_cast<uint8_t*>(t.data);
+    for (int64_t r = 0; r < 2048; ++r)
+      for (int64_t c = 0; c < 2048; ++c) p[r * 2048 + c] = c > r;
+    return t;
+  }
+
+ private:
+  std::deque<std::vector<uint8_t>> bufs_;
+};
+
+struct Call {
+  Arena ar;
+  FiaArgs a;
+};
+using CallPtr = std::unique_ptr<Call>;
+
+std::vector<int64_t> QShape(const std::string& l, int64_t b, int64_t s, int64_t n, int64_t d) {
+  if (l == "BSH") return {b, s, n * d};
+  if (l == "BSND") return {b, s, n, d};
+  if (l == "TND") return {b * s, n, d};
+  return {b, n, s, d};  // BNSD, BNSD_BSND
+}
+
+// A valid dense call: B batches of q_s query rows and kv_s key rows (TND: uniform lengths).
+CallPtr Dense(const std::string& layout = "BSH", int64_t b = 3, int64_t q_s = 17, int64_t n = 3,
+              int64_t kvn = 3, int64_t d = 17, int64_t kv_s = 17, DType dt = DType::kFloat16,
+              int64_t dv = -1) {
+  if (dv < 0) dv = d;
+  auto c = std::make_unique<Call>();
+  FiaArgs& a = c->a;
+  a.input_layout = layout;
+  a.num_heads = n;
+  a.num_key_value_heads = kvn == n ? 0 : kvn;
+  a.query = c->ar.T(dt, QShape(layout, b, q_s, n, d));
+  a.key = c->ar.T(dt, QShape(layout, b, kv_s, kvn, d));
+  a.value = c->ar.T(dt, QShape(layout, b, kv_s, kvn, dv));
+  if (layout == "TND") {
+    std::vector<int64_t> q, kv;
+    for (int64_t i = 1; i <= b; ++i) q.push_back(i * q_s), kv.push_back(i * kv_s);
+    a.actual_seq_lengths = q;
+    a.actual_seq_lengths_kv = kv;
+  }
+  return c;
+}
+
+// A valid paged call: form 3 ([bn, bs, H]), 4 ([bn, N, bs, D]) or 5 (NZ). Batch b uses blocks
+// b*per, b*per+1, ...; unused table entries hold -1.
+CallPtr Paged(int form, int64_t b = 3, int64_t q_s = 1, int64_t n = 3, int64_t kvn = 1,
+              int64_t d = 32, int64_t bs = 3, std::vector<int64_t> act = {7, 1, 5},
+              DType dt = DType::kFloat16, const std::string& layout = "BSH") {
+  auto c = std::make_unique<Call>();
+  FiaArgs& a = c->a;
+  a.input_layout = layout;
+  a.num_heads = n;
+  a.num_key_value_heads = kvn;
+  a.query = c->ar.T(dt == DType::kInt8 || dt == DType::kInt32 ? DType::kFloat16 : dt,
+                    QShape(layout, b, q_s, n, d));
+  int64_t per = 0;
+  for (int64_t x : act) per = std::max(per, (x + bs - 1) / bs);
+  const int64_t cols = per + 1;  // one spare column
+  const int64_t bn = b * per + 2;
+  const int64_t base = dt == DType::kInt8 ? 32 : 16;
+  std::vector<int64_t> ks;
+  if (form == 3) ks = {bn, bs, kvn * d};
+  if (form == 4) ks = {bn, kvn, bs, d};
+  if (form == 5) ks = {bn, kvn, d / base, bs, base};
+  a.key = c->ar.T(dt, ks);
+  a.value = c->ar.T(dt, ks);
+  a.block_size = bs;
+  a.block_table = c->ar.T(DType::kInt32, {b, cols});
+  auto* bt = static_cast<int32_t*>(a.block_table.data);
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      bt[i * cols + j] = j < (act[i] + bs - 1) / bs ? static_cast<int32_t>(i * per + j) : -1;
+  a.actual_seq_lengths_kv = act;
+  return c;
+}
+
+// int8 KV with a float16 query and per-channel legacy antiquant (Q_S = 1 unless told).
+CallPtr Antiquant(int64_t q_s = 1, const std::string& layout = "BSH") {
+  auto c = Dense(layout, 3, q_s, 3, 3, 17, 17, DType::kFloat16);
+  FiaArgs& a = c->a;
+  a.key = c->ar.T(DType::kInt8, a.key.sizes);
+  a.value = c->ar.T(DType::kInt8, a.value.sizes);
+  a.antiquant_scale = c->ar.T(DType::kFloat16, {2, 3 * 17});
+  return c;
+}
+
+// int8 Q/K/V full quantization (Q_S > 1).
+CallPtr FullQuant() {
+  auto c = Dense("BSH", 3, 17, 3, 3, 17, 17, DType::kInt8);
+  c->a.dequant_scale1 = c->ar.F32({1}, 0.5f);
+  c->a.quant_scale1 = c->ar.F32({1}, 2.f);
+  c->a.dequant_scale2 = c->ar.F32({1}, 0.25f);
+  return c;
+}
+
+// Separate K/V antiquant (key_/value_antiquant_mode) on an int8 Q_S = 1 dense or paged call.
+CallPtr SepAq(int mode, bool paged = false) {
+  CallPtr c = paged ? Paged(4, 3, 1, 3, 1, 32, 3, {7, 1, 5}, DType::kInt8) : Antiquant(1);
+  FiaArgs& a = c->a;
+  a.antiquant_scale = TensorView();
+  const int64_t B = 3, N = a.num_key_value_heads ? a.num_key_value_heads : 3;
+  const int64_t D = paged ? 32 : 17, S = 17;
+  const int64_t bn = paged ? a.key.size(0) : 0, bs = paged ? a.block_size : 0;
+  std::vector<int64_t> shape;
+  DType dt = DType::kFloat32;
+  switch (mode) {
+    case 0: shape = {1, N, 1, D}; dt = DType::kFloat16; break;
+    case 1: shape = {1, B, S}; break;
+    case 2: shape = {N}; dt = DType::kFloat16; break;
+    case 3: shape = {B, N, S}; break;
+    case 4: shape = {bn, bs}; break;
+    case 5: shape = {bn, N, bs}; break;
+  }
+  a.key_antiquant_scale = c->ar.T(dt, shape);
+  a.value_antiquant_scale = c->ar.T(dt, shape);
+  a.key_antiquant_mode = a.value_antiquant_mode = mode;
+  return c;
+}
+
+FiaOutputSpec Validate(const FiaArgs& a) { return ValidateFia(a); }
+Problem Canon(const FiaArgs& a) {
+  const FiaOutputSpec spec = ValidateFia(a);
+  return CanonicalizeFia(a, spec, TensorView(), TensorView());
+}
+
+// ------------------------------------------------------------------------------------------
+// Negative tests: one per rule.
+// ------------------------------------------------------------------------------------------
+struct BadCase {
+  std::string name;
+  std::function<CallPtr()> make;
+  std::string argument;
+  ErrorCode code;
+  std::string actual_has;  // a substring the "got ..." part must contain
+};
+
+std::ostream& operator<<(std::ostream& os, const BadCase& c) { return os << c.name; }
+
+class FiaRejects : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(FiaRejects, NamesArgumentRuleAndValue) {
+  const BadCase& bc = GetParam();
+  CallPtr c = bc.make();
+  try {
+    Validate(c->a);
+    FAIL() << "no error for " << bc.name;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), bc.argument) << e.what();
+    EXPECT_EQ(e.code(), bc.code) << e.what();
+    EXPECT_FALSE(e.rule().empty());
+    EXPECT_NE(e.actual().find(bc.actual_has), std::string::npos)
+        << "actual '" << e.actual() << "' lacks '" << bc.actual_has << "'; " << e.what();
+  }
+}
+
+constexpr ErrorCode kBad = ErrorCode::kInvalidArgument;
+constexpr ErrorCode kUns = ErrorCode::kUnsupported;
+
+// Helpers for the table: start from a maker, apply a mutation.
+std::function<CallPtr()> With(std::function<CallPtr()> make, std::function<void(Call&)> f) {
+  return [make, f] {
+    CallPtr c = make();
+    f(*c);
+    return c;
+  };
+}
+CallPtr D0() { return Dense(); }
+CallPtr Inc() { return Dense("BSH", 3, 1); }
+
+std::vector<BadCase> BadCases() {
+  using C = Call&;
+  std::vector<BadCase> v = {
+      // ---- existence and well-formedness ----
+      {"QueryMissing", With(D0, [](C c) { c.a.query = TensorView(); }), "query", kBad, "None"},
+      {"KeyMissing", With(D0, [](C c) { c.a.key = TensorView(); }), "key", kBad, "None"},
+      {"ValueMissing", With(D0, [](C c) { c.a.value = TensorView(); }), "value", kBad, "None"},
+      {"KeyListWithoutValueList",
+       With(D0, [](C c) { c.a.key_list = {c.ar.T(DType::kFloat16, {1, 17, 51})}; }),
+       "value_list", kBad, "empty value_list"},
+      {"StridesWrongLength", With(D0, [](C c) { c.a.query.strides = {1, 2}; }), "query", kBad,
+       "strides [1, 2]"},
+      {"NegativeSize", With(D0, [](C c) { c.a.key.sizes[1] = -4; }), "key", kBad, "-4"},
+      {"NullDataWithElements", With(D0, [](C c) { c.a.value.data = nullptr; }), "value", kBad,
+       "null"},
+      {"NumelOverflow",
+       With(D0,
+            [](C c) {
+              c.a.query.sizes = {1 << 30, 1 << 30, 1 << 30};
+              c.a.query.strides = {1, 1, 1};  // (ContiguousStrides itself would overflow)
+            }),
+       "query", kBad, "1073741824"},
+      {"QueryRopeWithoutKeyRope",
+       With(D0, [](C c) { c.a.query_rope = c.ar.T(DType::kFloat16, {3, 17, 3}); }), "key_rope",
+       kBad, "only one"},
+      {"KeyPrefixWithoutValuePrefix",
+       With(D0, [](C c) { c.a.key_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51}); }),
+       "value_shared_prefix", kBad, "only one"},
+      {"PrefixLenWithoutPrefix", With(D0, [](C c) { c.a.actual_shared_prefix_len = c.ar.I64(2); }),
+       "actual_shared_prefix_len", kBad, "without"},
+      {"KeyAqScaleWithoutValue",
+       With([] { return Antiquant(); },
+            [](C c) { c.a.key_antiquant_scale = c.ar.T(DType::kFloat16, {1, 51}); }),
+       "value_antiquant_scale", kBad, "only one"},
+      {"AntiquantOffsetWithoutScale",
+       With([] { return Antiquant(); },
+            [](C c) {
+              c.a.antiquant_offset = c.a.antiquant_scale;
+              c.a.antiquant_scale = TensorView();
+            }),
+       "antiquant_offset", kBad, "None"},
+      {"QuantOffset2WithoutScale2",
+       With(D0, [](C c) { c.a.quant_offset2 = c.ar.F32({1}, 0.f); }), "quant_offset2", kBad,
+       "None"},
+      {"KeyRopeAntiquantScaleReserved",
+       With(D0, [](C c) { c.a.key_rope_antiquant_scale = c.ar.F32({1}, 1.f); }),
+       "key_rope_antiquant_scale", kUns, "[1]"},
+      // ---- attributes ----
+      {"BadLayout", With(D0, [](C c) { c.a.input_layout = "SBH"; }), "input_layout", kBad,
+       "SBH"},
+      {"NumHeadsZero", With(D0, [](C c) { c.a.num_heads = 0; }), "num_heads", kBad, "0"},
+      {"NumKvHeadsNegative", With(D0, [](C c) { c.a.num_key_value_heads = -1; }),
+       "num_key_value_heads", kBad, "-1"},
+      {"NumHeadsNotDivisible", With(D0, [](C c) { c.a.num_key_value_heads = 2; }),
+       "num_key_value_heads", kBad, "num_key_value_heads = 2"},
+      {"ScaleNaN", With(D0, [](C c) { c.a.scale = std::nan(""); }), "scale", kBad, "nan"},
+      {"ScaleInf",
+       With(D0, [](C c) { c.a.scale = std::numeric_limits<double>::infinity(); }), "scale", kBad,
+       "inf"},
+      {"InnerPrecise4", With(D0, [](C c) { c.a.inner_precise = 4; }), "inner_precise", kBad,
+       "4"},
+      {"InnerPrecise2WhenQs1", With(Inc, [](C c) { c.a.inner_precise = 2; }), "inner_precise",
+       kBad, "2"},
+      // ---- query ----
+      {"QueryDtypeInt32", With(D0, [](C c) { c.a.query.dtype = DType::kInt32; }), "query", kBad,
+       "int32"},
+      {"QueryNonContiguous",
+       With(D0, [](C c) { c.a.query.strides = {17 * 51, 1, 17}; }), "query", kBad, "strides"},
+      {"QueryRank", With(D0, [](C c) { c.a.query = c.ar.T(DType::kFloat16, {3, 17}); }), "query",
+       kBad, "[3, 17]"},
+      {"BshHNotDivisible", With(D0, [](C c) { c.a.num_heads = 4; c.a.num_key_value_heads = 1; }),
+       "query", kBad, "H = 51"},
+      {"BsndHeadsMismatch",
+       With([] { return Dense("BSND"); }, [](C c) { c.a.num_heads = 1; }), "query", kBad,
+       "N = 3"},
+      {"BnsdBsndWithQs1", With([] { return Dense("BNSD_BSND", 3, 1); }, [](C) {}),
+       "input_layout", kUns, "BNSD_BSND"},
+      {"TndWithoutActualSeqLengths",
+       With([] { return Dense("TND"); }, [](C c) { c.a.actual_seq_lengths.reset(); }),
+       "actual_seq_lengths", kBad, "None"},
+      {"SparseMode9", With(D0, [](C c) { c.a.sparse_mode = 9; }), "sparse_mode", kBad, "9"},
+      {"SparseModeNegative", With(D0, [](C c) { c.a.sparse_mode = -1; }), "sparse_mode", kBad,
+       "-1"},
+      {"SparseMode5Unsupported", With(D0, [](C c) { c.a.sparse_mode = 5; }), "sparse_mode", kUns,
+       "5"},
+      {"SparseMode8Unsupported", With(D0, [](C c) { c.a.sparse_mode = 8; }), "sparse_mode", kUns,
+       "8"},
+      // ---- key / value ----
+      {"KeyDtypeUint8",
+       With(D0, [](C c) { c.a.key.dtype = c.a.value.dtype = DType::kUInt8; }), "key", kBad,
+       "uint8"},
+      {"ValueDtypeDiffers", With(D0, [](C c) { c.a.value.dtype = DType::kBFloat16; }), "value",
+       kBad, "bfloat16"},
+      {"KeyFloatDtypeDiffersFromQuery",
+       With(D0,
+            [](C c) { c.a.key.dtype = c.a.value.dtype = DType::kBFloat16; }),
+       "key", kBad, "bfloat16"},
+      {"Int8QueryFloatKey", With(D0, [](C c) { c.a.query.dtype = DType::kInt8; }), "key", kBad,
+       "float16"},
+      {"Int8AllWhenQs1",
+       With([] { return Dense("BSH", 3, 1, 3, 3, 17, 17, DType::kInt8); }, [](C) {}), "query",
+       kUns, "Q_S = 1"},
+      {"KeyNonContiguous", With(D0, [](C c) { c.a.key.strides = {1, 3, 51}; }), "key", kBad,
+       "strides"},
+      {"KeyBatchMismatch",
+       With(D0, [](C c) { c.a.key = c.ar.T(DType::kFloat16, {2, 17, 51}); }), "key", kBad, "2"},
+      {"KeyDMismatch",
+       With(D0,
+            [](C c) {
+              c.a.key = c.ar.T(DType::kFloat16, {3, 17, 48});
+              c.a.value = c.ar.T(DType::kFloat16, {3, 17, 48});
+            }),
+       "key", kBad, "16 vs 17"},
+      {"ValueSeqMismatch",
+       With(D0, [](C c) { c.a.value = c.ar.T(DType::kFloat16, {3, 16, 51}); }), "value", kBad,
+       "[3, 16, 51]"},
+      {"KeyListCount",
+       With(D0,
+            [](C c) {
+              c.a.key_list = {c.ar.T(DType::kFloat16, {1, 17, 51})};
+              c.a.value_list = {c.ar.T(DType::kFloat16, {1, 17, 51})};
+            }),
+       "key_list", kBad, "1 tensors for batch 3"},
+      {"KeyListBatchNot1",
+       With(D0,
+            [](C c) {
+              for (int i = 0; i < 3; ++i) {
+                c.a.key_list.push_back(c.ar.T(DType::kFloat16, {2, 17, 51}));
+                c.a.value_list.push_back(c.ar.T(DType::kFloat16, {2, 17, 51}));
+              }
+            }),
+       "key_list", kBad, "[2, 17, 51]"},
+      {"KeyListBnsdUnequalS",
+       With([] { return Dense("BNSD"); },
+            [](C c) {
+              for (int i = 0; i < 3; ++i) {
+                c.a.key_list.push_back(c.ar.T(DType::kFloat16, {1, 3, 5 + i, 17}));
+                c.a.value_list.push_back(c.ar.T(DType::kFloat16, {1, 3, 5 + i, 17}));
+              }
+            }),
+       "key_list", kUns, "[1, 3, 6, 17]"},
+      // ---- paging ----
+      {"PagedWithKeyList",
+       With([] { return Paged(3); },
+            [](C c) {
+              c.a.key_list = {c.a.key};
+              c.a.value_list = {c.a.value};
+            }),
+       "block_table", kUns, "1 key tensors"},
+      {"PagedKey2D",
+       With([] { return Paged(3); },
+            [](C c) {
+              c.a.key = c.ar.T(DType::kFloat16, {8, 32});
+              c.a.value = c.a.key;
+            }),
+       "key", kBad, "[8, 32]"},
+      {"Paged3DMismatch",
+       With([] { return Paged(3); },
+            [](C c) {
+              c.a.key = c.ar.T(DType::kFloat16, {8, 3, 16});
+              c.a.value = c.a.key;
+            }),
+       "key", kBad, "16 vs 32"},
+      {"Paged4HeadsMismatch",
+       With([] { return Paged(4); },
+            [](C c) {
+              c.a.key = c.ar.T(DType::kFloat16, {8, 2, 3, 32});
+              c.a.value = c.a.key;
+            }),
+       "key", kBad, "2 vs 1"},
+      {"PagedNzLastAxis",
+       With([] { return Paged(5); },
+            [](C c) {
+              c.a.key = c.ar.T(DType::kFloat16, {8, 1, 1, 3, 32});
+              c.a.value = c.a.key;
+            }),
+       "key", kBad, "[8, 1, 1, 3, 32]"},
+      {"BlockSizeZero", With([] { return Paged(3); }, [](C c) { c.a.block_size = 0; }),
+       "block_size", kBad, "0"},
+      {"BlockSizeMismatch", With([] { return Paged(3); }, [](C c) { c.a.block_size = 4; }),
+       "block_size", kBad, "4 vs key"},
+      {"BlockTableDtype",
+       With([] { return Paged(3); }, [](C c) { c.a.block_table.dtype = DType::kInt64; }),
+       "block_table", kBad, "int64"},
+      {"BlockTable1D",
+       With([] { return Paged(3); }, [](C c) { c.a.block_table = c.ar.T(DType::kInt32, {9}); }),
+       "block_table", kBad, "[9]"},
+      {"BlockTableRows",
+       With([] { return Paged(3); },
+            [](C c) { c.a.block_table = c.ar.T(DType::kInt32, {2, 4}); }),
+       "block_table", kBad, "B = 3"},
+      {"BlockTableColumnStride",
+       With([] { return Paged(3); }, [](C c) { c.a.block_table.strides = {1, 3}; }),
+       "block_table", kBad, "strides"},
+      {"BlockTableTooFewColumns",
+       With([] { return Paged(3); },
+            [](C c) { c.a.actual_seq_lengths_kv = std::vector<int64_t>{7, 1, 13}; }),
+       "block_table", kBad, "batch 2 needs 5 blocks"},
+      {"BlockIdPastBlocknum",
+       With([] { return Paged(3); },
+            [](C c) { static_cast<int32_t*>(c.a.block_table.data)[1] = 11; }),
+       "block_table", kBad, "block_table[0][1] = 11"},
+      {"BlockIdNegativeInUse",
+       With([] { return Paged(3); },
+            [](C c) { static_cast<int32_t*>(c.a.block_table.data)[4] = -1; }),
+       "block_table", kBad, "block_table[1][0] = -1"},
+      {"BlocknumTooSmall",
+       With([] { return Paged(3); },
+            [](C c) {
+              c.a.key = c.ar.T(DType::kFloat16, {4, 3, 32});
+              c.a.value = c.a.key;
+              static_cast<int32_t*>(c.a.block_table.data)[1] = 0;
+              static_cast<int32_t*>(c.a.block_table.data)[2] = 1;
+              static_cast<int32_t*>(c.a.block_table.data)[4] = 2;
+              static_cast<int32_t*>(c.a.block_table.data)[8] = 3;
+              static_cast<int32_t*>(c.a.block_table.data)[9] = 3;
+            }),
+       "key", kBad, "needed 6"},
+      {"PagedWithoutActualSeqLengthsKv",
+       With([] { return Paged(3); }, [](C c) { c.a.actual_seq_lengths_kv.reset(); }),
+       "actual_seq_lengths_kv", kBad, "None"},
+      {"PagedActualKvHuge",
+       With([] { return Paged(3); },
+            [](C c) { c.a.actual_seq_lengths_kv = std::vector<int64_t>{INT64_MAX}; }),
+       "actual_seq_lengths_kv", kBad, "9223372036854775807"},
+      {"BlockTableExtentOverflow",
+       With([] { return Paged(3); },
+            [](C c) { c.a.block_table.strides = {int64_t{1} << 62, 1}; }),
+       "block_table", kBad, "strides"},
+      // ---- actual lengths ----
+      {"ActualSeqLengthsBadLength",
+       With(D0, [](C c) { c.a.actual_seq_lengths = std::vector<int64_t>{3, 4}; }),
+       "actual_seq_lengths", kBad, "length 2"},
+      {"ActualSeqLengthsEmpty",
+       With(D0, [](C c) { c.a.actual_seq_lengths = std::vector<int64_t>{}; }),
+       "actual_seq_lengths", kBad, "length 0"},
+      {"ActualSeqLengthsTooLong",
+       With(D0, [](C c) { c.a.actual_seq_lengths = std::vector<int64_t>{3, 18, 1}; }),
+       "actual_seq_lengths", kBad, "batch 1: 18"},
+      {"ActualSeqLengthsNegative",
+       With(D0, [](C c) { c.a.actual_seq_lengths = std::vector<int64_t>{-1}; }),
+       "actual_seq_lengths", kBad, "-1"},
+      {"ActualSeqLengthsKvTooLong",
+       With(D0, [](C c) { c.a.actual_seq_lengths_kv = std::vector<int64_t>{1, 2, 18, 99}; }),
+       "actual_seq_lengths_kv", kBad, "batch 2: 18"},
+      {"TndDecreasing",
+       With([] { return Dense("TND"); },
+            [](C c) { c.a.actual_seq_lengths = std::vector<int64_t>{17, 10, 51}; }),
+       "actual_seq_lengths", kBad, "10 after 17"},
+      {"TndLastPastT",
+       With([] { return Dense("TND"); },
+            [](C c) { c.a.actual_seq_lengths = std::vector<int64_t>{17, 34, 52}; }),
+       "actual_seq_lengths", kBad, "52 > 51"},
+      {"TndNegative",
+       With([] { return Dense("TND"); },
+            [](C c) { c.a.actual_seq_lengths = std::vector<int64_t>{-1, 34, 51}; }),
+       "actual_seq_lengths", kBad, "-1"},
+      {"TndKvCount",
+       With([] { return Dense("TND"); },
+            [](C c) { c.a.actual_seq_lengths_kv = std::vector<int64_t>{17, 34}; }),
+       "actual_seq_lengths_kv", kBad, "2 vs 3"},
+      {"TndKvLastPastT",
+       With([] { return Dense("TND"); },
+            [](C c) { c.a.actual_seq_lengths_kv = std::vector<int64_t>{17, 34, 60}; }),
+       "actual_seq_lengths_kv", kBad, "60 > 51"},
+      // ---- left padding ----
+      {"QueryPaddingStartNegative",
+       With(D0,
+            [](C c) {
+              c.a.actual_seq_lengths = std::vector<int64_t>{10};
+              c.a.query_padding_size = c.ar.I64(8);
+            }),
+       "query_padding_size", kBad, "query_padding_size = 8"},
+      {"QueryPaddingDtype",
+       With(D0,
+            [](C c) {
+              c.a.actual_seq_lengths = std::vector<int64_t>{10};
+              c.a.query_padding_size = c.ar.T(DType::kInt32, {1});
+            }),
+       "query_padding_size", kBad, "int32"},
+      {"QueryPaddingShape",
+       With(D0,
+            [](C c) {
+              c.a.actual_seq_lengths = std::vector<int64_t>{10};
+              c.a.query_padding_size = c.ar.T(DType::kInt64, {2});
+            }),
+       "query_padding_size", kBad, "[2]"},
+      {"KvPaddingStartNegative",
+       With(D0,
+            [](C c) {
+              c.a.actual_seq_lengths_kv = std::vector<int64_t>{10};
+              c.a.kv_padding_size = c.ar.I64(30);
+            }),
+       "kv_padding_size", kBad, "kv_padding_size = 30"},
+      {"TndPaddingUnsupported",
+       With([] { return Dense("TND"); },
+            [](C c) { c.a.kv_padding_size = c.ar.I64(0); }),
+       "kv_padding_size", kUns, "given"},
+      {"QueryPaddingWithPaged",
+       With([] { return Paged(3, 3, 4); },
+            [](C c) {
+              c.a.actual_seq_lengths = std::vector<int64_t>{4};
+              c.a.query_padding_size = c.ar.I64(0);
+            }),
+       "query_padding_size", kUns, "block_table"},
+      {"KvPaddingWithPaged",
+       With([] { return Paged(3); }, [](C c) { c.a.kv_padding_size = c.ar.I64(0); }),
+       "kv_padding_size", kUns, "block_table"},
+      // ---- shared prefix ----
+      {"PrefixWithPaged",
+       With([] { return Paged(3); },
+            [](C c) {
+              c.a.key_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 32});
+              c.a.value_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 32});
+            }),
+       "key_shared_prefix", kUns, "block_table"},
+      {"PrefixBatch2",
+       With(D0,
+            [](C c) {
+              c.a.key_shared_prefix = c.ar.T(DType::kFloat16, {2, 4, 51});
+              c.a.value_shared_prefix = c.ar.T(DType::kFloat16, {2, 4, 51});
+            }),
+       "key_shared_prefix", kBad, "[2, 4, 51]"},
+      {"PrefixHMismatch",
+       With(D0,
+            [](C c) {
+              c.a.key_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 48});
+              c.a.value_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
+            }),
+       "key_shared_prefix", kBad, "[1, 4, 48]"},
+      {"PrefixDtype",
+       With(D0,
+            [](C c) {
+              c.a.key_shared_prefix = c.ar.T(DType::kBFloat16, {1, 4, 51});
+              c.a.value_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
+            }),
+       "key_shared_prefix", kBad, "bfloat16"},
+      {"PrefixSMismatch",
+       With(D0,
+            [](C c) {
+              c.a.key_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
+              c.a.value_shared_prefix = c.ar.T(DType::kFloat16, {1, 5, 51});
+            }),
+       "value_shared_prefix", kBad, "5 vs 4"},
+      {"PrefixLenTooLarge",
+       With(D0,
+            [](C c) {
+              c.a.key_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
+              c.a.value_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
+              c.a.actual_shared_prefix_len = c.ar.I64(5);
+            }),
+       "actual_shared_prefix_len", kBad, "5 with prefix S 4"},
+      {"PrefixWithFullQuant",
+       With(FullQuant,
+            [](C c) {
+              c.a.key_shared_prefix = c.ar.T(DType::kInt8, {1, 4, 51});
+              c.a.value_shared_prefix = c.ar.T(DType::kInt8, {1, 4, 51});
+            }),
+       "key_shared_prefix", kUns, "int8"},
+      {"PrefixWithPadding",
+       With(D0,
+            [](C c) {
+              c.a.key_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
+              c.a.value_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
+              c.a.kv_padding_size = c.ar.I64(0);
+            }),
+       "key_shared_prefix", kUns, "padding"},
+      // ---- atten_mask / sparse_mode ----
+      {"TndMode0WithMask",
+       With([] { return Dense("TND"); },
+            [](C c) { c.a.atten_mask = c.ar.T(DType::kBool, {17, 17}); }),
+       "sparse_mode", kUns, "sparse_mode 0 with"},
+      {"TndMode2", With([] { return Dense("TND"); },
+                        [](C c) {
+                          c.a.sparse_mode = 2;
+                          c.a.atten_mask = c.ar.CausalMask();
+                        }),
+       "sparse_mode", kUns, "sparse_mode 2"},
+      {"Mode1WithoutMask", With(D0, [](C c) { c.a.sparse_mode = 1; }), "atten_mask", kBad,
+       "None"},
+      {"Mode3WithoutMask", With(D0, [](C c) { c.a.sparse_mode = 3; }), "atten_mask", kBad,
+       "None"},
+      {"MaskDtypeFloat",
+       With(D0, [](C c) { c.a.atten_mask = c.ar.T(DType::kFloat16, {17, 17}); }), "atten_mask",
+       kBad, "float16"},
+      {"MaskNonContiguous",
+       With(D0,
+            [](C c) {
+              c.a.atten_mask = c.ar.T(DType::kBool, {17, 17});
+              c.a.atten_mask.strides = {1, 17};
+            }),
+       "atten_mask", kBad, "strides"},
+      {"Mode3MaskShape",
+       With(D0,
+            [](C c) {
+              c.a.sparse_mode = 3;
+              c.a.atten_mask = c.ar.T(DType::kBool, {17, 17});
+            }),
+       "atten_mask", kBad, "[17, 17]"},
+      {"Mode3MaskBatched",
+       With(D0,
+            [](C c) {
+              c.a.sparse_mode = 3;
+              c.a.atten_mask = c.ar.T(DType::kBool, {3, 2048, 2048});
+            }),
+       "atten_mask", kBad, "[3, 2048, 2048]"},
+      {"Mode2MaskNotTriu",
+       With(D0,
+            [](C c) {
+              c.a.sparse_mode = 2;
+              c.a.atten_mask = c.ar.CausalMask();
+              static_cast<uint8_t*>(c.a.atten_mask.data)[5 * 2048 + 3] = 1;
+            }),
+       "atten_mask", kBad, "mask[5][3] = 1"},
+      {"Mode4MaskZeros",
+       With(D0,
+            [](C c) {
+              c.a.sparse_mode = 4;
+              c.a.atten_mask = c.ar.T(DType::kUInt8, {1, 1, 2048, 2048});
+            }),
+       "atten_mask", kBad, "mask[0][1] = 0"},
+      {"Mask1D", With(D0, [](C c) { c.a.atten_mask = c.ar.T(DType::kBool, {17}); }),
+       "atten_mask", kBad, "[17]"},
+      {"MaskBatchAxis",
+       With(D0, [](C c) { c.a.atten_mask = c.ar.T(DType::kBool, {2, 17, 17}); }), "atten_mask",
+       kBad, "[2, 17, 17]"},
+      {"Mask4DHeadAxis",
+       With(D0, [](C c) { c.a.atten_mask = c.ar.T(DType::kBool, {3, 3, 17, 17}); }),
+       "atten_mask", kBad, "[3, 3, 17, 17]"},
+      {"MaskTooFewRows",
+       With(D0, [](C c) { c.a.atten_mask = c.ar.T(DType::kBool, {16, 32}); }), "atten_mask",
+       kBad, "[16, 32]"},
+      {"MaskTooFewCols",
+       With(D0, [](C c) { c.a.atten_mask = c.ar.T(DType::kBool, {1, 17, 16}); }), "atten_mask",
+       kBad, "[1, 17, 16]"},
+      {"MaskColsMissPrefix",
+       With(D0,
+            [](C c) {
+              c.a.key_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
+              c.a.value_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
+              c.a.actual_shared_prefix_len = c.ar.I64(3);
+              c.a.atten_mask = c.ar.T(DType::kBool, {17, 19});
+            }),
+       "atten_mask", kBad, "[17, 19]"},
+      {"MaskPagedColsTooFew",  // maxBlockNumPerSeq * block_size = 9
+       With([] { return Paged(3); },
+            [](C c) { c.a.atten_mask = c.ar.T(DType::kBool, {3, 8}); }),
+       "atten_mask", kBad, "[3, 8]"},
+      {"IncMask2DBatch",
+       With(Inc, [](C c) { c.a.atten_mask = c.ar.T(DType::kBool, {2, 17}); }), "atten_mask",
+       kBad, "[2, 17]"},
+      // ---- pse_shift ----
+      {"PseWithTnd",
+       With([] { return Dense("TND"); },
+            [](C c) { c.a.pse_shift = c.ar.T(DType::kFloat16, {1, 3, 17, 17}); }),
+       "pse_shift", kUns, "[1, 3, 17, 17]"},
+      {"PseDtypeInt8",
+       With(D0, [](C c) { c.a.pse_shift = c.ar.T(DType::kInt8, {1, 3, 17, 17}); }), "pse_shift",
+       kBad, "int8"},
+      {"PseBf16WithF16Query",
+       With(D0, [](C c) { c.a.pse_shift = c.ar.T(DType::kBFloat16, {1, 3, 17, 17}); }),
+       "pse_shift", kBad, "bfloat16 with query float16"},
+      {"IncPseDtypeMismatch",
+       With([] { return Dense("BSH", 3, 1, 3, 3, 17, 17, DType::kBFloat16); },
+            [](C c) { c.a.pse_shift = c.ar.T(DType::kFloat16, {1, 3, 1, 17}); }),
+       "pse_shift", kBad, "float16 vs bfloat16"},
+      {"Pse3D", With(D0, [](C c) { c.a.pse_shift = c.ar.T(DType::kFloat16, {3, 17, 17}); }),
+       "pse_shift", kBad, "[3, 17, 17]"},
+      {"PseHeads",
+       With(D0, [](C c) { c.a.pse_shift = c.ar.T(DType::kFloat16, {1, 1, 17, 17}); }),
+       "pse_shift", kBad, "[1, 1, 17, 17]"},
+      {"PseQsTooSmall",
+       With(D0, [](C c) { c.a.pse_shift = c.ar.T(DType::kFloat16, {3, 3, 16, 17}); }),
+       "pse_shift", kBad, "[3, 3, 16, 17]"},
+      {"PseKvTooSmall",
+       With(D0, [](C c) { c.a.pse_shift = c.ar.T(DType::kFloat16, {3, 3, 17, 16}); }),
+       "pse_shift", kBad, "[3, 3, 17, 16]"},
+      {"PseNonContiguous",
+       With(D0,
+            [](C c) {
+              c.a.pse_shift = c.ar.T(DType::kFloat16, {1, 3, 17, 17});
+              c.a.pse_shift.strides = {867, 289, 1, 17};
+            }),
+       "pse_shift", kBad, "strides"},
+      // ---- antiquant ----
+      {"AntiquantWithFloatKv",
+       With(D0, [](C c) { c.a.antiquant_scale = c.ar.T(DType::kFloat16, {2}); }),
+       "antiquant_scale", kBad, "float16 key"},
+      {"Int8KvWithoutAntiquant",
+       With([] { return Antiquant(); }, [](C c) { c.a.antiquant_scale = TensorView(); }),
+       "antiquant_scale", kBad, "None"},
+      {"LegacyAntiquantMode2",
+       With([] { return Antiquant(); }, [](C c) { c.a.antiquant_mode = 2; }), "antiquant_mode",
+       kBad, "2"},
+      {"LegacyPerTensorShape",
+       With([] { return Antiquant(); },
+            [](C c) { c.a.antiquant_scale = c.ar.T(DType::kFloat16, {3}); }),
+       "antiquant_scale", kBad, "[3]"},
+      {"LegacyPerChannelShape",
+       With([] { return Antiquant(); },
+            [](C c) { c.a.antiquant_scale = c.ar.T(DType::kFloat16, {2, 50}); }),
+       "antiquant_scale", kBad, "[2, 50]"},
+      {"LegacyPerTokenShape",
+       With([] { return Antiquant(); },
+            [](C c) {
+              c.a.antiquant_mode = 1;
+              c.a.antiquant_scale = c.ar.T(DType::kFloat32, {2, 3, 16});
+            }),
+       "antiquant_scale", kBad, "[2, 3, 16]"},
+      {"LegacyPerTokenDtype",
+       With([] { return Antiquant(); },
+            [](C c) {
+              c.a.antiquant_mode = 1;
+              c.a.antiquant_scale = c.ar.T(DType::kFloat16, {2, 3, 17});
+            }),
+       "antiquant_scale", kBad, "float16"},
+      {"LegacyPerChannelDtype",
+       With([] { return Antiquant(); },
+            [](C c) { c.a.antiquant_scale = c.ar.T(DType::kFloat32, {2, 51}); }),
+       "antiquant_scale", kBad, "float32 vs query float16"},
+      {"LegacyOffsetShape",
+       With([] { return Antiquant(); },
+            [](C c) { c.a.antiquant_offset = c.ar.T(DType::kFloat16, {2, 3, 17}); }),
+       "antiquant_offset", kBad, "[2, 3, 17]"},
+      {"LegacyOffsetDtype",
+       With([] { return Antiquant(); },
+            [](C c) { c.a.antiquant_offset = c.ar.T(DType::kBFloat16, {2, 51}); }),
+       "antiquant_offset", kBad, "bfloat16"},
+      {"KeyAntiquantMode6",
+       With([] { return SepAq(0); }, [](C c) { c.a.key_antiquant_mode = 6; }),
+       "key_antiquant_mode", kBad, "6"},
+      {"AntiquantModesDiffer",
+       With([] { return SepAq(1); }, [](C c) { c.a.value_antiquant_mode = 0; }),
+       "value_antiquant_mode", kBad, "value_antiquant_mode = 0"},
+      {"SepMode0Shape",
+       With([] { return SepAq(0); },
+            [](C c) { c.a.key_antiquant_scale = c.ar.T(DType::kFloat16, {1, 3, 2, 17}); }),
+       "key_antiquant_scale", kBad, "[1, 3, 2, 17]"},
+      {"SepMode1Batch",
+       With([] { return SepAq(1); },
+            [](C c) { c.a.value_antiquant_scale = c.ar.T(DType::kFloat32, {1, 2, 17}); }),
+       "value_antiquant_scale", kBad, "[1, 2, 17]"},
+      {"SepMode1Dtype",
+       With([] { return SepAq(1); },
+            [](C c) { c.a.key_antiquant_scale = c.ar.T(DType::kFloat16, {1, 3, 17}); }),
+       "key_antiquant_scale", kBad, "float16"},
+      {"SepMode2Shape",
+       With([] { return SepAq(2); },
+            [](C c) { c.a.key_antiquant_scale = c.ar.T(DType::kFloat16, {1}); }),
+       "key_antiquant_scale", kBad, "[1]"},
+      {"SepMode3Shape",
+       With([] { return SepAq(3); },
+            [](C c) { c.a.key_antiquant_scale = c.ar.T(DType::kFloat32, {3, 1, 17}); }),
+       "key_antiquant_scale", kBad, "[3, 1, 17]"},
+      {"SepMode4Shape",
+       With([] { return SepAq(4, true); },
+            [](C c) { c.a.key_antiquant_scale = c.ar.T(DType::kFloat32, {8, 4}); }),
+       "key_antiquant_scale", kBad, "[8, 4]"},
+      {"SepMode5Shape",
+       With([] { return SepAq(5, true); },
+            [](C c) { c.a.value_antiquant_scale = c.ar.T(DType::kFloat32, {8, 3}); }),
+       "value_antiquant_scale", kBad, "[8, 3]"},
+      {"SepOffsetShape",
+       With([] { return SepAq(1); },
+            [](C c) {
+              c.a.key_antiquant_offset = c.ar.T(DType::kFloat32, {3, 17});
+              c.a.value_antiquant_offset = c.ar.T(DType::kFloat32, {1, 3, 17});
+            }),
+       "key_antiquant_offset", kBad, "[3, 17]"},
+      {"SepValueShapeDiffers",
+       With([] { return SepAq(0); },
+            [](C c) { c.a.value_antiquant_scale = c.ar.T(DType::kFloat16, {1, 51}); }),
+       "value_antiquant_scale", kBad, "[1, 51]"},
+      {"SepQs17Mode0Unsupported",
+       With([] { return SepAq(0); },
+            [](C c) {
+              c.a.query = c.ar.T(DType::kFloat16, {3, 17, 51});
+            }),
+       "key_antiquant_mode", kUns, "key_antiquant_mode = 0"},
+      {"SepQs17WithPrefixUnsupported",
+       With([] { return SepAq(1); },
+            [](C c) {
+              c.a.query = c.ar.T(DType::kFloat16, {3, 17, 51});
+              c.a.key_shared_prefix = c.ar.T(DType::kInt8, {1, 4, 51});
+              c.a.value_shared_prefix = c.ar.T(DType::kInt8, {1, 4, 51});
+            }),
+       "key_antiquant_scale", kUns, "prefix"},
+      {"PagedAntiquantQs17",
+       With([] { return Paged(3, 3, 17, 3, 1, 32, 3, {7, 1, 5}, DType::kInt8); },
+            [](C c) { c.a.antiquant_scale = c.ar.T(DType::kFloat16, {2}); }),
+       "block_table", kUns, "int8 key"},
+      {"PagedPerTokenMode1",
+       With([] { return SepAq(4, true); },
+            [](C c) {
+              c.a.key_antiquant_mode = c.a.value_antiquant_mode = 1;
+              c.a.key_antiquant_scale = c.ar.T(DType::kFloat32, {1, 3, 1});
+              c.a.value_antiquant_scale = c.ar.T(DType::kFloat32, {1, 3, 1});
+            }),
+       "key_antiquant_scale", kUns, "block_table"},
+      {"Mode4WithoutPaging",
+       With([] { return SepAq(1); },
+            [](C c) {
+              c.a.key_antiquant_mode = c.a.value_antiquant_mode = 4;
+              c.a.key_antiquant_scale = c.ar.T(DType::kFloat32, {0, 0});
+              c.a.value_antiquant_scale = c.ar.T(DType::kFloat32, {0, 0});
+            }),
+       "key_antiquant_mode", kBad, "block_table is None"},
+      {"PrefixWithPerToken",
+       With([] { return SepAq(1); },
+            [](C c) {
+              c.a.key_shared_prefix = c.ar.T(DType::kInt8, {1, 4, 51});
+              c.a.value_shared_prefix = c.ar.T(DType::kInt8, {1, 4, 51});
+            }),
+       "key_antiquant_scale", kUns, "key_shared_prefix"},
+      {"Int4Paged",
+       With([] { return Paged(4, 3, 1, 3, 1, 32, 3, {7, 1, 5}, DType::kInt32); },
+            [](C c) {
+              c.a.key = c.ar.T(DType::kInt32, {8, 1, 3, 4});
+              c.a.value = c.a.key;
+              c.a.antiquant_scale = c.ar.T(DType::kFloat16, {2});
+            }),
+       "block_table", kUns, "int32 key"},
+      {"Int4KvPadding",
+       With([] { return Antiquant(); },
+            [](C c) {
+              c.a.num_heads = c.a.num_key_value_heads = 1;
+              c.a.query = c.ar.T(DType::kFloat16, {3, 1, 16});
+              c.a.key = c.ar.T(DType::kInt32, {3, 17, 2});
+              c.a.value = c.a.key;
+              c.a.antiquant_scale = c.ar.T(DType::kFloat16, {2, 16});
+              c.a.actual_seq_lengths_kv = std::vector<int64_t>{5};
+              c.a.kv_padding_size = c.ar.I64(1);
+            }),
+       "kv_padding_size", kUns, "int32 key"},
+      {"TndFullQuant",
+       With([] { return Dense("TND", 3, 17, 3, 3, 17, 17, DType::kInt8); },
+            [](C c) {
+              c.a.dequant_scale1 = c.ar.F32({1}, 1.f);
+              c.a.quant_scale1 = c.ar.F32({1}, 1.f);
+              c.a.dequant_scale2 = c.ar.F32({1}, 1.f);
+            }),
+       "query", kUns, "int8"},
+      {"PagedInt8Query",
+       With([] { return Paged(3, 3, 17, 3, 1, 32, 3, {7, 1, 5}, DType::kInt8); },
+            [](C c) {
+              c.a.query = c.ar.T(DType::kInt8, {3, 17, 96});
+              c.a.dequant_scale1 = c.ar.F32({1}, 1.f);
+              c.a.quant_scale1 = c.ar.F32({1}, 1.f);
+              c.a.dequant_scale2 = c.ar.F32({1}, 1.f);
+            }),
+       "query", kUns, "int8"},
+      // ---- full quantization ----
+      {"FullQuantMissingDs1",
+       With(FullQuant, [](C c) { c.a.dequant_scale1 = TensorView(); }), "dequant_scale1", kBad,
+       "None"},
+      {"FullQuantMissingQs1", With(FullQuant, [](C c) { c.a.quant_scale1 = TensorView(); }),
+       "quant_scale1", kBad, "None"},
+      {"FullQuantMissingDs2", With(FullQuant, [](C c) { c.a.dequant_scale2 = TensorView(); }),
+       "dequant_scale2", kBad, "None"},
+      {"Ds1DtypeF16",
+       With(FullQuant, [](C c) { c.a.dequant_scale1 = c.ar.T(DType::kFloat16, {1}); }),
+       "dequant_scale1", kBad, "float16"},
+      {"Ds1PerChannel",
+       With(FullQuant, [](C c) { c.a.dequant_scale1 = c.ar.F32({3}, 1.f); }), "dequant_scale1",
+       kBad, "[3]"},
+      {"Qs1Uint64",
+       With(FullQuant, [](C c) { c.a.quant_scale1 = c.ar.T(DType::kUInt64, {1}); }),
+       "quant_scale1", kBad, "uint64"},
+      {"Ds1WithFloatQuery",
+       With(D0, [](C c) { c.a.dequant_scale1 = c.ar.F32({1}, 1.f); }), "dequant_scale1", kBad,
+       "[1]"},
+      // ---- post-quantization ----
+      {"Qs2DtypeF16",
+       With(D0, [](C c) { c.a.quant_scale2 = c.ar.T(DType::kFloat16, {1}); }), "quant_scale2",
+       kBad, "float16"},
+      {"Qs2Bf16WithF16Query",
+       With(D0, [](C c) { c.a.quant_scale2 = c.ar.T(DType::kBFloat16, {1}); }),
+       "quant_scale2", kBad, "bfloat16 with query float16"},
+      {"Qs2Numel", With(D0, [](C c) { c.a.quant_scale2 = c.ar.F32({17}, 1.f); }),
+       "quant_scale2", kBad, "[17]"},
+      {"Qo2ShapeDiffers",
+       With(D0,
+            [](C c) {
+              c.a.quant_scale2 = c.ar.F32({3, 17}, 1.f);
+              c.a.quant_offset2 = c.ar.F32({51}, 1.f);
+            }),
+       "quant_offset2", kBad, "[51]"},
+      {"Qs2WithTnd",
+       With([] { return Dense("TND"); }, [](C c) { c.a.quant_scale2 = c.ar.F32({1}, 1.f); }),
+       "quant_scale2", kUns, "TND"},
+      {"Qs2PerChannelWithPadding",
+       With(D0,
+            [](C c) {
+              c.a.quant_scale2 = c.ar.F32({51}, 1.f);
+              c.a.actual_seq_lengths = std::vector<int64_t>{4};
+              c.a.query_padding_size = c.ar.I64(1);
+            }),
+       "quant_scale2", kUns, "left padding"},
+      {"Qs2BandNegativePre",
+       With(D0,
+            [](C c) {
+              c.a.quant_scale2 = c.ar.F32({1}, 1.f);
+              c.a.sparse_mode = 4;
+              c.a.atten_mask = c.ar.CausalMask();
+              c.a.pre_tokens = -1;
+              c.a.next_tokens = 5;
+            }),
+       "sparse_mode", kUns, "pre_tokens = -1"},
+      {"Qo2Mode3MoreQueriesThanKeys",
+       With(D0,
+            [](C c) {
+              c.a.quant_scale2 = c.ar.F32({1}, 1.f);
+              c.a.quant_offset2 = c.ar.F32({1}, 1.f);
+              c.a.sparse_mode = 3;
+              c.a.atten_mask = c.ar.CausalMask();
+              c.a.actual_seq_lengths_kv = std::vector<int64_t>{17, 10, 17};
+            }),
+       "quant_offset2", kUns, "batch 1"},
+      {"Qo2Mode0NegativeNext",
+       With(D0,
+            [](C c) {
+              c.a.quant_scale2 = c.ar.F32({1}, 1.f);
+              c.a.quant_offset2 = c.ar.F32({1}, 1.f);
+              c.a.atten_mask = c.ar.T(DType::kBool, {17, 17});
+              c.a.next_tokens = -1;
+            }),
+       "quant_offset2", kUns, "next_tokens -1"},
+      // ---- MLA ----
+      {"QueryRopeDtype",
+       With([] { return Paged(3, 3, 1, 3, 1, 32, 3); },
+            [](C c) {
+              c.a.query_rope = c.ar.T(DType::kBFloat16, {3, 1, 3 * 8});
+              c.a.key_rope = c.ar.T(DType::kFloat16, {c.a.key.size(0), 3, 8});
+            }),
+       "query_rope", kBad, "bfloat16"},
+      {"KeyRopeShape",
+       With([] { return Paged(3, 3, 1, 3, 1, 32, 3); },
+            [](C c) {
+              c.a.query_rope = c.ar.T(DType::kFloat16, {3, 1, 3 * 8});
+              c.a.key_rope = c.ar.T(DType::kFloat16, {c.a.key.size(0), 3, 16});
+            }),
+       "key_rope", kBad, "[11, 3, 16]"},
+      {"MlaNzBnsd",
+       With([] { return Paged(5, 3, 1, 3, 1, 32, 3, {7, 1, 5}, DType::kFloat16, "BNSD"); },
+            [](C c) {
+              c.a.query_rope = c.ar.T(DType::kFloat16, {3, 3, 1, 16});
+              c.a.key_rope = c.ar.T(DType::kFloat16, {c.a.key.size(0), 1, 1, 3, 16});
+            }),
+       "key_rope", kUns, "BNSD"},
+      {"MlaIncWithMask",
+       With([] { return Paged(3, 3, 1, 3, 1, 32, 3); },
+            [](C c) {
+              c.a.query_rope = c.ar.T(DType::kFloat16, {3, 1, 3 * 8});
+              c.a.key_rope = c.ar.T(DType::kFloat16, {c.a.key.size(0), 3, 8});
+              c.a.atten_mask = c.ar.T(DType::kBool, {3, 9});
+            }),
+       "atten_mask", kUns, "[3, 9]"},
+      {"MlaQs17Mode0",
+       With([] { return Paged(3, 3, 4, 3, 1, 32, 3); },
+            [](C c) {
+              c.a.query_rope = c.ar.T(DType::kFloat16, {3, 4, 3 * 8});
+              c.a.key_rope = c.ar.T(DType::kFloat16, {c.a.key.size(0), 3, 8});
+            }),
+       "sparse_mode", kUns, "sparse_mode 0 without"},
+      {"MlaWithInt8Kv",
+       With([] { return Antiquant(); },
+            [](C c) {
+              c.a.query_rope = c.ar.T(DType::kFloat16, {3, 1, 3 * 8});
+              c.a.key_rope = c.ar.T(DType::kInt8, {3, 17, 3 * 8});
+            }),
+       "key_rope", kUns, "int8 key"},
+      // ---- overflow-safe sizes ----
+      {"NumHeadsHugeWithEmptyH",
+       With(D0,
+            [](C c) {
+              c.a.num_heads = int64_t{1} << 62;
+              c.a.num_key_value_heads = 1;
+              c.a.query = c.ar.T(DType::kFloat16, {3, 17, 0});
+              c.a.key = c.ar.T(DType::kFloat16, {3, 17, 0});
+              c.a.value = c.ar.T(DType::kFloat16, {3, 17, 5});
+            }),
+       "num_heads", kBad, "num_heads = 4611686018427387904"},
+  };
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, FiaRejects, ::testing::ValuesIn(BadCases()),
+                         [](const ::testing::TestParamInfo<BadCase>& i) { return i.param.name; });
+
+// ------------------------------------------------------------------------------------------
+// Positive tests: valid calls pass and give the documented output shapes.
+// ------------------------------------------------------------------------------------------
+using Shape = std::vector<int64_t>;
+
+TEST(FiaAccepts, OutputShapesPerLayout) {
+  struct L {
+    const char* layout;
+    Shape out;
+  } cases[] = {{"BSH", {3, 17, 15}},
+               {"BSND", {3, 17, 3, 5}},
+               {"BNSD", {3, 3, 17, 5}},
+               {"BNSD_BSND", {3, 17, 3, 5}},
+               {"TND", {51, 3, 5}}};
+  for (const L& l : cases) {
+    SCOPED_TRACE(l.layout);
+    CallPtr c = Dense(l.layout, 3, 17, 3, 1, 17, 17, DType::kBFloat16, /*dv=*/5);
+    FiaOutputSpec s = Validate(c->a);
+    EXPECT_EQ(s.attention_out_sizes, l.out);
+    EXPECT_EQ(s.attention_out_dtype, DType::kBFloat16);
+    EXPECT_EQ(s.softmax_lse_sizes, Shape{1});
+    c->a.softmax_lse_flag = true;
+    s = Validate(c->a);
+    EXPECT_EQ(s.softmax_lse_sizes,
+              std::string(l.layout) == "TND" ? Shape({51, 3, 1}) : Shape({3, 3, 17, 1}));
+  }
+}
+
+TEST(FiaAccepts, Float32AndEmptyAndIgnoredArguments) {
+  EXPECT_EQ(Validate(Dense("BSND", 1, 3, 1, 1, 1, 1, DType::kFloat32)->a).attention_out_dtype,
+            DType::kFloat32);
+  // Empty query (B = 0), empty KV (KV_S = 0), D = 1.
+  EXPECT_EQ(Validate(Dense("BSH", 0, 17, 3, 3, 1, 17)->a).attention_out_sizes, Shape({0, 17, 3}));
+  EXPECT_EQ(Validate(Dense("BNSD", 3, 17, 3, 3, 17, 0)->a).attention_out_sizes,
+            Shape({3, 3, 17, 17}));
+  // Q_S == 1 ignores sparse_mode, pre/next, actual_seq_lengths and query_padding_size.
+  CallPtr c = Dense("BSH", 3, 1);
+  c->a.sparse_mode = 42;
+  c->a.actual_seq_lengths = std::vector<int64_t>{-5, 7};
+  c->a.query_padding_size = c->ar.I64(99);
+  EXPECT_NO_THROW(Validate(c->a));
+  // Padding without actual lengths is not left padding (right padding).
+  CallPtr d = Dense();
+  d->a.query_padding_size = d->ar.I64(99);
+  EXPECT_NO_THROW(Validate(d->a));
+}
+
+TEST(FiaAccepts, Int4KeyValueRealD) {
+  CallPtr c = Antiquant(1, "BSND");
+  c->a.query = c->ar.T(DType::kFloat16, {3, 1, 3, 16});
+  c->a.key = c->ar.T(DType::kInt32, {3, 17, 3, 2});
+  c->a.value = c->ar.T(DType::kInt32, {3, 17, 3, 3});  // value D 24
+  c->a.antiquant_scale = TensorView();
+  c->a.key_antiquant_scale = c->ar.T(DType::kFloat16, {1, 3, 16});
+  c->a.value_antiquant_scale = c->ar.T(DType::kFloat32, {1, 3, 17});
+  c->a.key_antiquant_mode = 0;
+  c->a.value_antiquant_mode = 1;  // key per-channel + value per-token
+  EXPECT_EQ(Validate(c->a).attention_out_sizes, Shape({3, 1, 3, 24}));
+  const Problem p = Canon(c->a);
+  EXPECT_EQ(p.k.cache.elem, Elem::kI4);
+  EXPECT_EQ(p.k.cache.sd, 1);
+  EXPECT_EQ(p.k.cache.sh, 16);
+  EXPECT_EQ(p.k.cache.ss, 48);
+  EXPECT_EQ(p.k.cache.sb, 17 * 48);
+  EXPECT_EQ(p.v.cache.ss, 72);
+  EXPECT_EQ(p.d_v, 24);
+  EXPECT_EQ(p.k.dequant.kind, Dequant::Kind::kPerChannel);
+  EXPECT_EQ(p.v.dequant.kind, Dequant::Kind::kPerToken);
+  EXPECT_EQ(p.v.dequant.sb, 17);
+}
+
+TEST(FiaAccepts, PagedLayouts) {
+  for (int form : {3, 4, 5}) {
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      SCOPED_TRACE(form);
+      CallPtr c = Paged(form, 3, 1, 3, 1, 32, 3, {7, 1, 5}, dt);
+      EXPECT_EQ(Validate(c->a).attention_out_sizes, Shape({3, 1, 96}));
+      // Q_S > 1 with page attention, mask sized by maxBlockNumPerSeq * block_size = 9.
+      CallPtr d = Paged(form, 3, 4, 3, 1, 32, 3, {7, 1, 5}, dt, "BNSD");
+      d->a.atten_mask = d->ar.T(DType::kBool, {3, 1, 4, 9});
+      EXPECT_EQ(Validate(d->a).attention_out_sizes, Shape({3, 3, 4, 32}));
+    }
+  }
+  // Unused trailing block_table entries may hold anything.
+  CallPtr c = Paged(3);
+  auto* bt = static_cast<int32_t*>(c->a.block_table.data);
+  bt[3] = 123456;   // batch 0 uses 3 of 4 columns
+  bt[5] = -7;       // batch 1 uses 1
+  EXPECT_NO_THROW(Validate(c->a));
+  // Zero-length batch needs no block.
+  c->a.actual_seq_lengths_kv = std::vector<int64_t>{0};
+  EXPECT_NO_THROW(Validate(c->a));
+  // int8 NZ uses 32-wide fractals, with legacy per-channel antiquant at Q_S = 1.
+  CallPtr n = Paged(5, 3, 1, 3, 1, 64, 3, {7, 1, 5}, DType::kInt8);
+  n->a.antiquant_scale = n->ar.T(DType::kFloat16, {2, 1, 1, 64});
+  EXPECT_EQ(n->a.key.sizes, Shape({11, 1, 2, 3, 32}));
+  EXPECT_NO_THROW(Validate(n->a));
+}
+
+TEST(FiaAccepts, AntiquantModes) {
+  for (int mode = 0; mode <= 5; ++mode) {
+    SCOPED_TRACE(mode);
+    CallPtr c = SepAq(mode, mode >= 4);
+    const FiaOutputSpec s = Validate(c->a);
+    EXPECT_EQ(s.attention_out_dtype, DType::kFloat16);
+    // Offsets are optional and follow the scale's shape and dtype.
+    c->a.key_antiquant_offset = c->ar.T(c->a.key_antiquant_scale.dtype,
+                                        c->a.key_antiquant_scale.sizes);
+    c->a.value_antiquant_offset = c->ar.T(c->a.key_antiquant_scale.dtype,
+                                          c->a.key_antiquant_scale.sizes);
+    EXPECT_NO_THROW(Validate(c->a));
+  }
+  // Legacy spellings: per-tensor (2,), per-channel (2,N,1,D), (2,N,D), (2,H), per-token (2,B,S).
+  for (Shape sh : {Shape{2}, Shape{2, 3, 1, 17}, Shape{2, 3, 17}, Shape{2, 51}}) {
+    CallPtr c = Antiquant();
+    c->a.antiquant_scale = c->ar.T(DType::kFloat16, sh);
+    c->a.antiquant_offset = c->ar.T(DType::kFloat16, sh);
+    EXPECT_NO_THROW(Validate(c->a));
+  }
+  CallPtr t = Antiquant(17);
+  t->a.antiquant_mode = 1;
+  t->a.antiquant_scale = t->ar.T(DType::kFloat32, {2, 3, 17});
+  EXPECT_NO_THROW(Validate(t->a));
+  // Q_S > 1 with separate per-token parameters (B, S) and (1, B, S).
+  CallPtr u = SepAq(1);
+  u->a.query = u->ar.T(DType::kFloat16, {3, 17, 51});
+  u->a.key_antiquant_scale = u->ar.T(DType::kFloat32, {3, 17});
+  u->a.value_antiquant_scale = u->ar.T(DType::kFloat32, {3, 17});
+  EXPECT_NO_THROW(Validate(u->a));
+  // Separate parameters win over legacy ones (an otherwise invalid legacy tensor is ignored).
+  CallPtr w = SepAq(2);
+  w->a.antiquant_scale = w->ar.T(DType::kFloat16, {7, 7});
+  EXPECT_NO_THROW(Validate(w->a));
+}
+
+TEST(FiaAccepts, QuantCombinations) {
+  CallPtr f = FullQuant();
+  EXPECT_EQ(Validate(f->a).attention_out_dtype, DType::kFloat16);
+  f->a.quant_scale2 = f->ar.F32({1}, 3.f);
+  EXPECT_EQ(Validate(f->a).attention_out_dtype, DType::kInt8);
+  f->a.quant_offset2 = f->ar.F32({1}, 1.f);
+  EXPECT_EQ(Validate(f->a).attention_out_dtype, DType::kInt8);
+  for (DType dt : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    CallPtr c = Dense("BSND", 3, 17, 3, 3, 17, 17, dt);
+    for (Shape sh : {Shape{1}, Shape{3, 17}, Shape{1, 1, 3, 17}, Shape{51}}) {
+      c->a.quant_scale2 = c->ar.F32(sh, 2.f);
+      c->a.quant_offset2 = c->ar.F32(sh, 1.f);
+      const FiaOutputSpec s = Validate(c->a);
+      EXPECT_EQ(s.attention_out_dtype, DType::kInt8);
+      EXPECT_EQ(s.attention_out_sizes, Shape({3, 17, 3, 17}));
+    }
+  }
+  CallPtr b = Dense("BSH", 3, 17, 3, 3, 17, 17, DType::kBFloat16);
+  b->a.quant_scale2 = b->ar.T(DType::kBFloat16, {1, 1, 51});
+  EXPECT_NO_THROW(Validate(b->a));
+}
+
+TEST(FiaAccepts, PrefixMlaListsAndMasks) {
+  CallPtr c = Dense("BNSD");
+  c->a.key_shared_prefix = c->ar.T(DType::kFloat16, {1, 3, 4, 17});
+  c->a.value_shared_prefix = c->ar.T(DType::kFloat16, {1, 3, 4, 17});
+  c->a.atten_mask = c->ar.T(DType::kInt8, {1, 1, 17, 21});
+  c->a.pse_shift = c->ar.T(DType::kFloat16, {3, 3, 17, 21});
+  EXPECT_NO_THROW(Validate(c->a));
+  // MLA, Q_S > 1: sparse_mode 3 with the 2048 mask.
+  CallPtr m = Paged(5, 3, 4, 3, 1, 32, 3, {7, 1, 5}, DType::kBFloat16, "BSND");
+  m->a.query_rope = m->ar.T(DType::kBFloat16, {3, 4, 3, 16});
+  m->a.key_rope = m->ar.T(DType::kBFloat16, {m->a.key.size(0), 1, 1, 3, 16});
+  m->a.sparse_mode = 3;
+  m->a.atten_mask = m->ar.CausalMask(DType::kUInt8, {1, 2048, 2048});
+  EXPECT_EQ(Validate(m->a).attention_out_sizes, Shape({3, 4, 3, 32}));
+  // Tensor lists with different S per batch (BSH).
+  CallPtr l = Dense("BSH", 3, 1);
+  for (int i = 0; i < 3; ++i) {
+    l->a.key_list.push_back(l->ar.T(DType::kFloat16, {1, 1 + 5 * i, 51}));
+    l->a.value_list.push_back(l->ar.T(DType::kFloat16, {1, 1 + 5 * i, 51}));
+  }
+  l->a.key = l->a.value = TensorView();
+  l->a.actual_seq_lengths_kv = std::vector<int64_t>{1, 6, 11};
+  EXPECT_NO_THROW(Validate(l->a));
+  // Incremental mask shapes.
+  for (Shape sh : {Shape{3, 17}, Shape{1, 17}, Shape{3, 1, 17}, Shape{3, 1, 1, 32}}) {
+    CallPtr i = Dense("BSH", 3, 1);
+    i->a.atten_mask = i->ar.T(DType::kBool, sh);
+    EXPECT_NO_THROW(Validate(i->a));
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Canonicalization.
+// ------------------------------------------------------------------------------------------
+TEST(FiaCanonical, LayoutStridesMatchDirectIndex) {
+  const int64_t B = 3, S = 17, N = 3, D = 5;
+  for (const char* layout : {"BSH", "BSND", "BNSD", "BNSD_BSND", "TND"}) {
+    SCOPED_TRACE(layout);
+    CallPtr c = Dense(layout, B, S, N, 1, D, 4, DType::kFloat16, 7);
+    c->a.softmax_lse_flag = true;
+    const Problem p = CanonicalizeFia(c->a, ValidateFia(c->a), TensorView(),
+                                      TensorView(nullptr, DType::kFloat32, {1}));
+    const std::string l = layout;
+    EXPECT_EQ(p.h_kv, 1);
+    EXPECT_EQ(p.group(), 3);
+    EXPECT_FALSE(p.incremental);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < N; ++h)
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t d = 0; d < D; ++d) {
+            int64_t want;
+            const int64_t row = p.q_begin[b] + s;
+            if (l == "BSH" || l == "BSND") want = ((b * S + s) * N + h) * D + d;
+            else if (l == "TND") want = (row * N + h) * D + d;
+            else want = ((b * N + h) * S + s) * D + d;
+            ASSERT_EQ(p.q.Offset(b, h, row, d), want);
+          }
+    // Output: BNSD_BSND writes BSND; value D is 7.
+    const int64_t b = 2, h = 1, s = 5, d = 6;
+    const int64_t row = p.q_begin[b] + s;
+    int64_t want_out = ((b * S + s) * N + h) * 7 + d;
+    if (l == "BNSD") want_out = ((b * N + h) * S + s) * 7 + d;
+    if (l == "TND") want_out = (row * N + h) * 7 + d;
+    EXPECT_EQ(b * p.out_sb + h * p.out_sh + row * p.out_ss + d * p.out_sd, want_out);
+    const int64_t want_lse = l == "TND" ? row * N + h : (b * N + h) * S + s;
+    EXPECT_EQ(b * p.lse_sb + h * p.lse_sh + row * p.lse_ss, want_lse);
+    if (l == "TND") {
+      EXPECT_EQ(p.q.sb, 0);
+      EXPECT_EQ(p.q_begin, Shape({0, 17, 34}));
+      EXPECT_EQ(p.kv_begin, Shape({0, 4, 8}));
+      EXPECT_EQ(p.s_q, 51);
+    }
+  }
+}
+
+TEST(FiaCanonical, ActualLengthsBroadcastAndPadding) {
+  CallPtr c = Dense("BSH", 3, 17, 3, 3, 17, 17);
+  c->a.actual_seq_lengths = std::vector<int64_t>{5};
+  c->a.actual_seq_lengths_kv = std::vector<int64_t>{1, 0, 17, 99};  // first B used
+  Problem p = Canon(c->a);
+  EXPECT_EQ(p.q_len, Shape({5, 5, 5}));
+  EXPECT_EQ(p.q_begin, Shape({0, 0, 0}));
+  EXPECT_EQ(p.kv_len, Shape({1, 0, 17}));
+  // Left padding: rows [S - pad - act, S - pad); a negative pad counts as 0.
+  c->a.query_padding_size = c->ar.I64(2);
+  c->a.kv_padding_size = c->ar.I64(-4);
+  p = Canon(c->a);
+  EXPECT_EQ(p.q_begin, Shape({10, 10, 10}));
+  EXPECT_EQ(p.kv_begin, Shape({16, 17, 0}));
+  // Q_S == 1: q_len is 1; a kv window starting before 0 leaves the batch without keys.
+  CallPtr i = Dense("BSH", 3, 1, 3, 3, 17, 17);
+  i->a.actual_seq_lengths_kv = std::vector<int64_t>{4, 16, 2};
+  i->a.kv_padding_size = i->ar.I64(3);
+  p = Canon(i->a);
+  EXPECT_TRUE(p.incremental);
+  EXPECT_EQ(p.q_len, Shape({1, 1, 1}));
+  EXPECT_EQ(p.kv_len, Shape({4, 0, 2}));
+  EXPECT_EQ(p.kv_begin, Shape({10, 0, 12}));
+}
+
+struct BandCase {
+  int64_t mode, pre, next;
+  bool mask, pad;
+  Shape want_pre, want_next;  // per batch; kN = kNoBand
+};
+
+TEST(FiaCanonical, BandsPerSparseMode) {
+  constexpr int64_t kN = Problem::kNoBand;
+  // S1 = act_q = {17, 3, 1}, S2 = act_kv = {17, 5, 0} (+ prefix 0).
+  const BandCase cases[] = {
+      {0, 2, -1, false, false, {kN, kN, kN}, {kN, kN, kN}},  // no mask: INT_MAX
+      {0, 2, -1, true, false, {2, 2, 2}, {-1, -1, -1}},
+      {0, 2, -1, true, true, {kN, kN, kN}, {kN, kN, kN}},  // left padding: INT_MAX
+      {0, int64_t{1} << 40, -(int64_t{1} << 40), true, false, {kN, kN, kN},
+       {-2147483647, -2147483647, -2147483647}},  // clipped to +-INT32_MAX
+      {1, 2, -1, true, false, {kN, kN, kN}, {kN, kN, kN}},
+      {2, 2, -1, true, false, {kN, kN, kN}, {0, 0, 0}},
+      {3, 2, -1, true, false, {kN, kN, kN}, {0, 2, -1}},
+      {4, 2, -1, true, false, {2, 0, 3}, {-1, 1, -2}},
+      {4, 2147483647, 0, true, false, {kN, kN, kN}, {0, 2, -1}},
+  };
+  for (const BandCase& bc : cases) {
+    SCOPED_TRACE(testing::Message() << "mode " << bc.mode << " pre " << bc.pre << " next "
+                                    << bc.next << " mask " << bc.mask << " pad " << bc.pad);
+    CallPtr c = Dense("BSND", 3, 17, 3, 3, 17, 17);
+    c->a.sparse_mode = bc.mode;
+    c->a.pre_tokens = bc.pre;
+    c->a.next_tokens = bc.next;
+    c->a.actual_seq_lengths = std::vector<int64_t>{17, 3, 1};
+    c->a.actual_seq_lengths_kv = std::vector<int64_t>{17, 5, 0};
+    if (bc.mask) c->a.atten_mask = bc.mode >= 2 ? c->ar.CausalMask() : c->ar.T(DType::kBool, {17, 17});
+    if (bc.pad) c->a.kv_padding_size = c->ar.I64(0);
+    const Problem p = Canon(c->a);
+    EXPECT_EQ(p.band_pre, bc.want_pre);
+    EXPECT_EQ(p.band_next, bc.want_next);
+    EXPECT_EQ(p.mask != nullptr, bc.mask && bc.mode <= 1);
+  }
+  // Prefix counts in S2: mode 3 next = act_kv + P - act_q.
+  CallPtr c = Dense("BSH", 3, 17, 3, 3, 17, 17);
+  c->a.key_shared_prefix = c->ar.T(DType::kFloat16, {1, 6, 51});
+  c->a.value_shared_prefix = c->ar.T(DType::kFloat16, {1, 6, 51});
+  c->a.actual_shared_prefix_len = c->ar.I64(4);
+  c->a.actual_seq_lengths_kv = std::vector<int64_t>{3, 17, 0};
+  c->a.sparse_mode = 3;
+  c->a.atten_mask = c->ar.CausalMask();
+  Problem p = Canon(c->a);
+  EXPECT_EQ(p.prefix_len, 4);
+  EXPECT_EQ(p.band_next, Shape({3 + 4 - 17, 17 + 4 - 17, 0 + 4 - 17}));
+  EXPECT_EQ(p.k.prefix.data, c->a.key_shared_prefix.data);
+  EXPECT_EQ(p.v.prefix.Offset(0, 2, 5, 3), 5 * 51 + 2 * 17 + 3);
+  // Q_S == 1 has no band at all.
+  CallPtr i = Dense("BSH", 3, 1);
+  i->a.sparse_mode = 4;
+  i->a.pre_tokens = -3;
+  p = Canon(i->a);
+  EXPECT_EQ(p.band_pre, Shape({kN, kN, kN}));
+  EXPECT_EQ(p.band_next, Shape({kN, kN, kN}));
+}
+
+TEST(FiaCanonical, MaskAndPseCoordinates) {
+  struct M {
+    Shape shape;
+    int64_t sb, ss;
+  } cases[] = {{{17, 19}, 0, 19},
+               {{3, 17, 19}, 17 * 19, 19},
+               {{1, 17, 19}, 0, 19},
+               {{3, 1, 18, 19}, 18 * 19, 19},
+               {{1, 1, 17, 19}, 0, 19}};
+  for (const M& m : cases) {
+    CallPtr c = Dense("BSH", 3, 17, 3, 3, 17, 17);
+    c->a.actual_seq_lengths = std::vector<int64_t>{4, 5, 6};
+    c->a.actual_seq_lengths_kv = std::vector<int64_t>{7};
+    c->a.query_padding_size = c->ar.I64(1);
+    c->a.kv_padding_size = c->ar.I64(2);
+    c->a.atten_mask = c->ar.T(DType::kUInt8, m.shape);
+    c->a.pse_shift = c->ar.T(DType::kFloat16, {1, 3, 17, 20});
+    const Problem p = Canon(c->a);
+    EXPECT_EQ(p.mask_sb, m.sb);
+    EXPECT_EQ(p.mask_ss, m.ss);
+    EXPECT_EQ(p.mask_sk, 1);
+    EXPECT_EQ(p.mask_row0, Shape({12, 11, 10}));  // 17 - 1 - act
+    EXPECT_EQ(p.mask_col0, Shape({8, 8, 8}));     // 17 - 2 - 7
+    EXPECT_EQ(p.pse_row0, p.mask_row0);
+    EXPECT_EQ(p.pse_col0, p.mask_col0);
+    EXPECT_EQ(p.pse_sb, 0);
+    EXPECT_EQ(p.pse_sh, 17 * 20);
+    EXPECT_EQ(p.pse_ss, 20);
+    EXPECT_EQ(p.pse_sk, 1);
+  }
+  // Q_S == 1 shapes.
+  struct I {
+    Shape shape;
+    int64_t sb, ss;
+  } inc[] = {{{3, 17}, 17, 0}, {{1, 17}, 0, 0}, {{3, 1, 17}, 17, 17}, {{3, 1, 1, 17}, 17, 17}};
+  for (const I& m : inc) {
+    CallPtr c = Dense("BSH", 3, 1);
+    c->a.atten_mask = c->ar.T(DType::kBool, m.shape);
+    c->a.pse_shift = c->ar.T(DType::kFloat16, {3, 3, 1, 17});
+    const Problem p = Canon(c->a);
+    EXPECT_EQ(p.mask_sb, m.sb);
+    EXPECT_EQ(p.mask_ss, m.ss);
+    EXPECT_EQ(p.mask_row0, Shape({0, 0, 0}));
+    EXPECT_EQ(p.pse_sb, 3 * 17);
+  }
+}
+
+TEST(FiaCanonical, PagedAddressingIncludingNz) {
+  for (int form : {3, 4, 5}) {
+    for (DType dt : {DType::kFloat16, DType::kInt8}) {
+      SCOPED_TRACE(testing::Message() << "form " << form << " " << DTypeName(dt));
+      const int64_t N = 2, D = 64, bs = 3;
+      CallPtr c = Paged(form, 3, 1, 4, N, D, bs, {7, 1, 5}, dt);
+      if (dt == DType::kInt8) c->a.antiquant_scale = c->ar.T(DType::kFloat16, {2});
+      const Problem p = Canon(c->a);
+      const int64_t base = dt == DType::kInt8 ? 32 : 16;
+      EXPECT_TRUE(p.paged);
+      EXPECT_EQ(p.block_size, bs);
+      EXPECT_EQ(p.bt_stride, c->a.block_table.size(1));
+      EXPECT_EQ(p.block_table, c->a.block_table.data);
+      EXPECT_EQ(p.kv_len, Shape({7, 1, 5}));
+      const int64_t bn = c->a.key.size(0);
+      for (int64_t blk = 0; blk < bn; ++blk)
+        for (int64_t h = 0; h < N; ++h)
+          for (int64_t s = 0; s < bs; ++s)
+            for (int64_t d = 0; d < D; ++d) {
+              int64_t want;
+              if (form == 3) want = (blk * bs + s) * N * D + h * D + d;
+              else if (form == 4) want = ((blk * N + h) * bs + s) * D + d;
+              else want = ((((blk * N + h) * (D / base) + d / base) * bs + s) * base) + d % base;
+              ASSERT_EQ(p.k.cache.Offset(blk, h, s, d), want);
+              ASSERT_EQ(p.v.cache.Offset(blk, h, s, d), want);
+            }
+    }
+  }
+}
+
+TEST(FiaCanonical, DequantStridesPerMode) {
+  using K = Dequant::Kind;
+  struct W {
+    int mode;
+    K kind;
+    int64_t sb, sh, ss, sd;
+  } cases[] = {{0, K::kPerChannel, 0, 17, 0, 1},   {1, K::kPerToken, 17, 0, 1, 0},
+               {2, K::kPerTensorHead, 0, 1, 0, 0}, {3, K::kPerTokenHead, 3 * 17, 17, 1, 0},
+               {4, K::kPerToken, 3, 0, 1, 0},      {5, K::kPerTokenHead, 3 * 1 * 1, 3, 1, 0}};
+  for (const W& w : cases) {
+    SCOPED_TRACE(w.mode);
+    CallPtr c = SepAq(w.mode, w.mode >= 4);
+    c->a.key_antiquant_offset = c->ar.T(c->a.key_antiquant_scale.dtype,
+                                        c->a.key_antiquant_scale.sizes);
+    c->a.value_antiquant_offset = c->ar.T(c->a.key_antiquant_scale.dtype,
+                                          c->a.key_antiquant_scale.sizes);
+    const Problem p = Canon(c->a);
+    for (const KvOperand* o : {&p.k, &p.v}) {
+      EXPECT_EQ(o->dequant.kind, w.kind);
+      EXPECT_EQ(o->dequant.sb, w.sb);
+      EXPECT_EQ(o->dequant.sh, w.sh);
+      EXPECT_EQ(o->dequant.ss, w.ss);
+      EXPECT_EQ(o->dequant.sd, w.sd);
+    }
+    EXPECT_EQ(p.k.dequant.scale, c->a.key_antiquant_scale.data);
+    EXPECT_EQ(p.v.dequant.scale, c->a.value_antiquant_scale.data);
+    EXPECT_EQ(p.v.dequant.offset, c->a.value_antiquant_offset.data);
+  }
+  // Legacy joint tensors: V is the second half.
+  CallPtr c = Antiquant();
+  c->a.antiquant_offset = c->ar.T(DType::kFloat16, {2, 51});
+  Problem p = Canon(c->a);
+  const auto* base = static_cast<const char*>(c->a.antiquant_scale.data);
+  EXPECT_EQ(p.k.dequant.scale, base);
+  EXPECT_EQ(p.v.dequant.scale, base + 51 * 2);
+  EXPECT_EQ(p.v.dequant.offset, static_cast<const char*>(c->a.antiquant_offset.data) + 51 * 2);
+  EXPECT_EQ(p.v.dequant.kind, K::kPerChannel);
+  EXPECT_EQ(p.v.dequant.sh, 17);
+  c->a.antiquant_mode = 1;
+  c->a.antiquant_offset = TensorView();
+  c->a.antiquant_scale = c->ar.T(DType::kFloat32, {2, 3, 20});
+  p = Canon(c->a);
+  EXPECT_EQ(p.v.dequant.kind, K::kPerToken);
+  EXPECT_EQ(p.v.dequant.sb, 20);
+  EXPECT_EQ(p.v.dequant.scale, static_cast<const char*>(c->a.antiquant_scale.data) + 60 * 4);
+  EXPECT_EQ(p.v.dequant.offset, nullptr);
+  c->a.antiquant_mode = 0;
+  c->a.antiquant_scale = c->ar.T(DType::kFloat16, {2});
+  p = Canon(c->a);
+  EXPECT_EQ(p.v.dequant.kind, K::kPerTensor);
+  EXPECT_EQ(p.v.dequant.scale, static_cast<const char*>(c->a.antiquant_scale.data) + 2);
+}
+
+TEST(FiaCanonical, QuantScalarsAndPostQuantVectors) {
+  CallPtr c = FullQuant();
+  // uint64 carries fp32 bits in its low word; dequant_scale1 is truncated to 19 bits.
+  c->a.dequant_scale1 = c->ar.T(DType::kUInt64, {1});
+  const float x = 0.1f;
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const uint64_t word = (uint64_t{0xDEADBEEF} << 32) | bits;
+  std::memcpy(c->a.dequant_scale1.data, &word, 8);
+  c->a.quant_scale2 = c->ar.F32({3, 17}, 0.f);
+  for (int i = 0; i < 51; ++i) static_cast<float*>(c->a.quant_scale2.data)[i] = i * 0.5f;
+  Problem p = Canon(c->a);
+  EXPECT_TRUE(p.full_quant);
+  uint32_t got;
+  std::memcpy(&got, &p.dequant_scale1, 4);
+  EXPECT_EQ(got, bits & 0xFFFFE000u);
+  EXPECT_NE(got, bits);
+  EXPECT_EQ(p.quant_scale1, 2.f);
+  EXPECT_EQ(p.dequant_scale2, 0.25f);
+  EXPECT_EQ(p.out_elem, Elem::kI8);
+  ASSERT_EQ(p.quant_scale2.size(), 51u);
+  EXPECT_EQ(p.quant_scale2[37], 18.5f);
+  EXPECT_EQ(p.quant_offset2, std::vector<float>(51, 0.f));
+  // bfloat16 per-tensor post-quant with a bfloat16 query.
+  CallPtr b = Dense("BSH", 3, 17, 3, 3, 17, 17, DType::kBFloat16);
+  b->a.quant_scale2 = b->ar.T(DType::kBFloat16, {1});
+  b->a.quant_offset2 = b->ar.T(DType::kBFloat16, {1});
+  static_cast<uint16_t*>(b->a.quant_scale2.data)[0] = 0x4040;   // 3.0
+  static_cast<uint16_t*>(b->a.quant_offset2.data)[0] = 0xBF80;  // -1.0
+  p = Canon(b->a);
+  EXPECT_EQ(p.quant_scale2, std::vector<float>{3.f});
+  EXPECT_EQ(p.quant_offset2, std::vector<float>{-1.f});
+  EXPECT_FALSE(p.full_quant);
+  EXPECT_EQ(p.k.dequant.kind, Dequant::Kind::kNone);
+}
+
+TEST(FiaCanonical, ListsAndMla) {
+  CallPtr l = Dense("BSND", 3, 1);
+  std::vector<const void*> ptrs;
+  for (int i = 0; i < 3; ++i) {
+    l->a.key_list.push_back(l->ar.T(DType::kFloat16, {1, 2 + i, 3, 17}));
+    l->a.value_list.push_back(l->ar.T(DType::kFloat16, {1, 2 + i, 3, 17}));
+    ptrs.push_back(l->a.key_list.back().data);
+  }
+  Problem p = Canon(l->a);
+  EXPECT_EQ(p.k.cache.batch_data, ptrs);
+  EXPECT_EQ(p.kv_len, Shape({2, 3, 4}));
+  EXPECT_EQ(p.k.cache.Offset(2, 1, 3, 4), 3 * 51 + 17 + 4);
+  EXPECT_EQ(p.k.cache.Base(1), ptrs[1]);
+
+  CallPtr m = Paged(4, 3, 1, 3, 1, 32, 3);
+  m->a.query_rope = m->ar.T(DType::kFloat16, {3, 1, 3 * 8});
+  m->a.key_rope = m->ar.T(DType::kFloat16, {m->a.key.size(0), 1, 3, 8});
+  p = Canon(m->a);
+  EXPECT_EQ(p.d_rope, 8);
+  EXPECT_EQ(p.q_rope.data, m->a.query_rope.data);
+  EXPECT_EQ(p.q_rope.sh, 8);
+  EXPECT_EQ(p.q_rope.sb, 24);
+  EXPECT_EQ(p.k_rope.cache.sb, 3 * 8);
+  EXPECT_EQ(p.k_rope.cache.ss, 8);
+  EXPECT_TRUE(p.q_rope.present());
+  EXPECT_FALSE(p.k.prefix.present());
+}
+
+}  // namespace
+}  // namespace openfia::internal

@@ -1,0 +1,9 @@
+"""pytest setup: makes tests/python importable (cases, torch_ref) and fixes torch's threads so
+the oracle's float64 work does not oversubscribe small CI machines."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

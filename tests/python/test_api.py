@@ -1,0 +1,258 @@
+"""API compatibility with torch_npu: signature, torch.ops registration and schema, fake kernels
+and torch.compile, error plumbing (exact C++ messages), runtime settings, patch_torch_npu."""
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import openfia
+from cases import build_inputs, call_kwargs, tier_cases
+from common import run_openfia
+
+fia = openfia.npu_fused_infer_attention_score
+
+# SPEC.md section 1 / torch_npu documentation (seeds/000), verbatim.
+TORCH_NPU_SIGNATURE = (
+    "npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_mask=None, "
+    "actual_seq_lengths=None, actual_seq_lengths_kv=None, dequant_scale1=None, quant_scale1=None, "
+    "dequant_scale2=None, quant_scale2=None, quant_offset2=None, antiquant_scale=None, "
+    "antiquant_offset=None, block_table=None, query_padding_size=None, kv_padding_size=None, "
+    "key_antiquant_scale=None, key_antiquant_offset=None, value_antiquant_scale=None, "
+    "value_antiquant_offset=None, key_shared_prefix=None, value_shared_prefix=None, "
+    "actual_shared_prefix_len=None, query_rope=None, key_rope=None, key_rope_antiquant_scale=None, "
+    "num_heads=1, scale=1.0, pre_tokens=2147483647, next_tokens=2147483647, input_layout='BSH', "
+    "num_key_value_heads=0, sparse_mode=0, inner_precise=0, block_size=0, antiquant_mode=0, "
+    "softmax_lse_flag=False, key_antiquant_mode=0, value_antiquant_mode=0)")
+TORCH_NPU_SCHEMA = (
+    "(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift=None, Tensor? atten_mask=None, "
+    "SymInt[]? actual_seq_lengths=None, SymInt[]? actual_seq_lengths_kv=None, "
+    "Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? dequant_scale2=None, "
+    "Tensor? quant_scale2=None, Tensor? quant_offset2=None, Tensor? antiquant_scale=None, "
+    "Tensor? antiquant_offset=None, Tensor? block_table=None, Tensor? query_padding_size=None, "
+    "Tensor? kv_padding_size=None, Tensor? key_antiquant_scale=None, "
+    "Tensor? key_antiquant_offset=None, Tensor? value_antiquant_scale=None, "
+    "Tensor? value_antiquant_offset=None, Tensor? key_shared_prefix=None, "
+    "Tensor? value_shared_prefix=None, Tensor? actual_shared_prefix_len=None, "
+    "Tensor? query_rope=None, Tensor? key_rope=None, Tensor? key_rope_antiquant_scale=None, "
+    "int num_heads=1, float scale=1., int pre_tokens=2147483647, int next_tokens=2147483647, "
+    "str input_layout=\"BSH\", int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, "
+    "int block_size=0, int antiquant_mode=0, bool softmax_lse_flag=False, "
+    "int key_antiquant_mode=0, int value_antiquant_mode=0) -> (Tensor, Tensor)")
+
+
+def test_signature_matches_torch_npu():
+    assert fia.__name__ + str(inspect.signature(fia)) == TORCH_NPU_SIGNATURE
+
+
+def test_torch_ops_schema():
+    op = torch.ops.openfia.npu_fused_infer_attention_score.default
+    assert str(op._schema) == "openfia::npu_fused_infer_attention_score" + TORCH_NPU_SCHEMA
+    tl = torch.ops.openfia.npu_fused_infer_attention_score.tensorlist
+    assert "Tensor[] key, Tensor[] value" in str(tl._schema)
+
+
+def _small():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 5, 64, generator=g).to(torch.bfloat16)
+    k = torch.randn(2, 9, 32, generator=g).to(torch.bfloat16)
+    v = torch.randn(2, 9, 32, generator=g).to(torch.bfloat16)
+    return q, k, v, dict(num_heads=4, num_key_value_heads=2, input_layout="BSH", scale=0.25)
+
+
+def test_torch_ops_call_equals_function():
+    q, k, v, kw = _small()
+    a = fia(q, k, v, **kw)
+    b = torch.ops.openfia.npu_fused_infer_attention_score(q, k, v, **kw)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    q, k, v, kw = _small()
+
+    def f(q, k, v):
+        out, lse = fia(q, k, v, actual_seq_lengths_kv=[9, 4], softmax_lse_flag=True, **kw)
+        return out.float() * 2 + 1, lse
+
+    eager = f(q, k, v)
+    compiled = torch.compile(f, fullgraph=True, backend="eager")(q, k, v)
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+    # aot_eager traces through the fake kernel (what inductor sees) without inductor's codegen
+    # time, which would dominate the smoke run on a 2-core CI machine.
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+
+
+SMOKE = tier_cases("smoke")
+
+
+@pytest.mark.parametrize("case", SMOKE, ids=[c.name for c in SMOKE])
+def test_fake_spec_matches_cpp_spec(case):
+    """The Python fake kernel (shapes only) agrees with the C++ output spec on every case."""
+    from openfia.torch_ops import TORCH_DTYPES, fia_fake_spec
+
+    q, k, v, kw = call_kwargs(build_inputs(case))
+    spec = openfia.fia_output_spec(q, k, v, **kw)
+    out, dtype, lse = fia_fake_spec(q, k, v, **kw)
+    assert list(out) == list(spec["attention_out_sizes"])
+    assert dtype == TORCH_DTYPES[spec["attention_out_dtype"]]
+    assert list(lse) == list(spec["softmax_lse_sizes"])
+    # The meta kernel, as torch.compile sees it.
+    def meta(t):
+        if isinstance(t, torch.Tensor):
+            return t.to("meta")
+        if isinstance(t, list) and t and isinstance(t[0], torch.Tensor):
+            return [x.to("meta") for x in t]
+        return t
+
+    kwm = {n: meta(x) for n, x in kw.items()}
+    op = torch.ops.openfia.npu_fused_infer_attention_score
+    op = op.tensorlist if isinstance(k, list) else op.default
+    mo, ml = op(meta(q), meta(k), meta(v), **kwm)
+    assert list(mo.shape) == list(spec["attention_out_sizes"]) and mo.dtype == dtype
+    assert list(ml.shape) == list(spec["softmax_lse_sizes"])
+
+
+def test_non_contiguous_inputs():
+    q, k, v, kw = _small()
+    a = fia(q, k, v, **kw)
+    qn = q.transpose(0, 1).contiguous().transpose(0, 1)  # same values, other strides
+    kn = torch.empty(2, 9, 64, dtype=k.dtype)[:, :, ::2]
+    kn.copy_(k)
+    b = fia(qn, kn, v, **kw)
+    assert torch.equal(a[0], b[0])
+    c = torch.ops.openfia.npu_fused_infer_attention_score(qn, kn, v, **kw)
+    assert torch.equal(a[0], c[0])
+
+
+def test_lse_flag_false_returns_one_zero():
+    q, k, v, kw = _small()
+    out, lse = fia(q, k, v, **kw)
+    assert lse.shape == (1,) and lse.dtype == torch.float32 and lse.item() == 0
+
+
+def test_tensorlist_equals_padded_tensor():
+    q, k, v, kw = _small()
+    lens = [9, 4]
+    a = fia(q, k, v, actual_seq_lengths_kv=lens, **kw)
+    b = fia(q, [k[0:1], k[1:2, :4]], [v[0:1], v[1:2, :4]], actual_seq_lengths_kv=lens, **kw)
+    assert torch.equal(a[0], b[0])
+
+
+# ---- errors: openfia.OpenfiaError (a ValueError) with the C++ message ----
+
+def _expect_error(argument, q, k, v, **kw):
+    with pytest.raises(openfia.OpenfiaError) as ei:
+        fia(q, k, v, **kw)
+    e = ei.value
+    assert isinstance(e, ValueError)
+    # The message is exactly the C++ openfia::Error::what().
+    expected = f"npu_fused_infer_attention_score: argument '{e.argument}': {e.rule}"
+    if e.actual:
+        expected += f" (got {e.actual})"
+    assert str(e) == expected
+    accepted = argument if isinstance(argument, tuple) else (argument,)
+    assert e.argument in accepted, str(e)
+    return e
+
+
+def test_error_layout():
+    q, k, v, kw = _small()
+    kw["input_layout"] = "SBH"
+    _expect_error("input_layout", q, k, v, **kw)
+
+
+def test_error_num_heads():
+    q = torch.zeros(1, 4, 3, 16, dtype=torch.bfloat16)
+    _expect_error(("num_heads", "query"), q, q, q, num_heads=2, input_layout="BNSD")
+
+
+def test_error_query_dtype():
+    q, k, v, kw = _small()
+    _expect_error("query", q.to(torch.int64), k, v, **kw)
+
+
+def test_error_sparse_mode():
+    q, k, v, kw = _small()
+    _expect_error("sparse_mode", q, k, v, sparse_mode=5, **kw)
+
+
+def test_error_inner_precise():
+    q, k, v, kw = _small()
+    _expect_error("inner_precise", q, k, v, inner_precise=7, **kw)
+
+
+def test_error_actual_seq_lengths_kv():
+    q, k, v, kw = _small()
+    _expect_error("actual_seq_lengths_kv", q, k, v, actual_seq_lengths_kv=[10, 3], **kw)
+
+
+def test_error_atten_mask_shape():
+    q, k, v, kw = _small()
+    _expect_error("atten_mask", q, k, v, atten_mask=torch.zeros(3, 3, dtype=torch.bool), **kw)
+
+
+def test_error_antiquant_mode():
+    q, _, _, kw = _small()
+    k8 = torch.zeros(2, 9, 32, dtype=torch.int8)
+    s = torch.ones(1, 32, dtype=torch.bfloat16)
+    _expect_error("key_antiquant_mode", q[:, :1], k8, k8, key_antiquant_scale=s,
+                  value_antiquant_scale=s, key_antiquant_mode=9, value_antiquant_mode=9, **kw)
+
+
+@pytest.mark.parametrize("bad_id", [4, 1000, -2])
+def test_block_table_id_past_cache_raises(bad_id):
+    """block ids past the cache (or negative where a block is needed) raise, never crash."""
+    q = torch.randn(2, 1, 64).to(torch.bfloat16)
+    cache = torch.randn(4, 16, 32).to(torch.bfloat16)
+    bt = torch.tensor([[0, 1], [2, bad_id]], dtype=torch.int32)
+    _expect_error("block_table", q, cache, cache, block_table=bt, block_size=16,
+                  actual_seq_lengths_kv=[20, 30], num_heads=4, num_key_value_heads=2,
+                  input_layout="BSH")
+
+
+def test_binding_rejects_unknown_layout_objects():
+    q, k, v, kw = _small()
+    with pytest.raises((ValueError, TypeError, RuntimeError)):  # the torch dispatcher's check
+        fia(q, k, "not a tensor", **kw)
+
+
+# ---- runtime settings ----
+
+def test_runtime_settings():
+    assert openfia.version() == openfia.__version__ and openfia.version()
+    assert isinstance(openfia.simd_target(), str) and openfia.simd_target()
+    prev = openfia.get_impl()
+    for impl in ("ref", "engine", "auto"):
+        openfia.set_impl(impl)
+        assert openfia.get_impl() == impl
+    openfia.set_impl(prev)
+    with pytest.raises(ValueError):
+        openfia.set_impl("fast")
+    n = openfia.get_num_threads()
+    openfia.set_num_threads(2)
+    assert openfia.get_num_threads() == 2
+    openfia.set_num_threads(n)
+    with pytest.raises(openfia.OpenfiaError):
+        openfia.set_num_threads(0)
+
+
+def test_patch_torch_npu():
+    """Ascend code runs unchanged: `import torch_npu` after openfia.patch_torch_npu()."""
+    code = (
+        "import torch, openfia\n"
+        "openfia.patch_torch_npu()\n"
+        "import torch_npu\n"
+        "q = torch.randn(1, 2, 3, 16).to(torch.bfloat16)\n"
+        "a = torch_npu.npu_fused_infer_attention_score(q, q, q, num_heads=2, input_layout='BNSD')\n"
+        "b = torch.ops.npu.npu_fused_infer_attention_score(q, q, q, num_heads=2,"
+        " input_layout='BNSD')\n"
+        "c = openfia.npu_fused_infer_attention_score(q, q, q, num_heads=2, input_layout='BNSD')\n"
+        "assert torch.equal(a[0], c[0]) and torch.equal(b[0], c[0])\n"
+        "print('ok')\n")
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
