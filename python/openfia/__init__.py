@@ -270,3 +270,7 @@ except ImportError:  # pragma: no cover - exercised only without torch
     pass
 else:
     from . import torch_ops  # noqa: F401,E402
+    from .sas import (npu_sparse_attn_sharedkv, npu_sparse_attn_sharedkv_metadata,  # noqa: E402
+                      verify_sparse_attn_sharedkv_metadata)
+    __all__ += ["npu_sparse_attn_sharedkv", "npu_sparse_attn_sharedkv_metadata",
+                "verify_sparse_attn_sharedkv_metadata"]
