@@ -14,11 +14,17 @@ constexpr double kEpsF16 = 0x1p-11;
 
 class SasTest : public ::testing::Test {
  protected:
-  void SetUp() override { SetImpl(Impl::kReference); }
-  void TearDown() override {
-    SetImpl(Impl::kAuto);
-    SetNumThreads(1);
+  void SetUp() override {
+    impl_ = GetImpl();
+    threads_ = GetNumThreads();
+    SetImpl(Impl::kReference);
   }
+  void TearDown() override {
+    SetImpl(impl_);
+    SetNumThreads(threads_);
+  }
+  Impl impl_ = Impl::kAuto;
+  int threads_ = 1;
 };
 
 TEST_F(SasTest, SlidingWindowBsndMatchesOracle) {

@@ -224,6 +224,7 @@ TEST(SasMetadataOp, WritesThePlanOfItsConfiguration) {
     EXPECT_EQ(e.argument(), "metadata");
   }
   // Default worker count: the thread count, capped at 36.
+  const int threads = GetNumThreads();
   SetNumThreads(5);
   SasMetadataArgs dflt = m.Args();
   dflt.num_workers = 0;
@@ -232,7 +233,7 @@ TEST(SasMetadataOp, WritesThePlanOfItsConfiguration) {
   SetNumThreads(100);
   SparseAttnSharedkvMetadata(dflt, m.Out());
   EXPECT_EQ(m.out[kSasSnapshotBase + kSnapWorkers], 36);
-  SetNumThreads(1);
+  SetNumThreads(threads);
 }
 
 TEST(SasMetadataOp, BsndTakesS1FromMaxSeqlenQAndS2FromMaxSeqlenKv) {
