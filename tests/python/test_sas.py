@@ -12,6 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import openfia
+
 from openfia.sas import (npu_sparse_attn_sharedkv, npu_sparse_attn_sharedkv_metadata,
                          verify_sparse_attn_sharedkv_metadata)
 
@@ -192,11 +194,17 @@ def test_deepseek_v4_head_geometry():
 
 def test_bitwise_identical_with_any_metadata():
     c = Case(tnd=True, q_len=[7, 3, 9], kv_len=[200, 3, 140], ratio=4, k2=8, seed=4)
-    base = npu_sparse_attn_sharedkv(c.q, **c.kwargs())
-    for workers in (1, 2, 7, 36):
-        got = npu_sparse_attn_sharedkv(c.q, **c.kwargs(metadata=c.metadata(workers)))
-        assert torch.equal(got[0].view(torch.int16), base[0].view(torch.int16))
-        assert torch.equal(got[1].view(torch.int32), base[1].view(torch.int32))
+    threads = openfia.get_num_threads()
+    try:
+        openfia.set_num_threads(1)
+        base = npu_sparse_attn_sharedkv(c.q, **c.kwargs())
+        for workers, nthreads in ((1, 3), (2, 2), (7, 1), (36, 4)):
+            openfia.set_num_threads(nthreads)
+            got = npu_sparse_attn_sharedkv(c.q, **c.kwargs(metadata=c.metadata(workers)))
+            assert torch.equal(got[0].view(torch.int16), base[0].view(torch.int16))
+            assert torch.equal(got[1].view(torch.int32), base[1].view(torch.int32))
+    finally:
+        openfia.set_num_threads(threads)
     no_lse = npu_sparse_attn_sharedkv(c.q, **c.kwargs(return_softmax_lse=False))
     assert torch.equal(no_lse[0].view(torch.int16), base[0].view(torch.int16))
     assert no_lse[1].shape == (1,) and no_lse[1].item() == 0
