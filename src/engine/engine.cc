@@ -60,6 +60,9 @@ bool EngineSupports(const Problem& p, std::string* why) {
   const Elem q = p.q.elem;
   if (p.full_quant) w = "int8 full quantization (query/key/value int8)";
   else if (!p.key_offset.empty()) w = "sparse per-row key selection";
+  // SparseAttnSharedkv's second key source is reference-only until the engine streams it.
+  else if (!p.key_source.empty() || p.k2.cache.present())
+    w = "a second key source (SparseAttnSharedkv compressed cache)";
   else if (!IsFloat(q)) w = "query dtype other than float32/float16/bfloat16";
   else if (p.d_rope > 0 && p.q_rope.elem != q) w = "query_rope dtype differs from the query";
   else if (!(w = KvWhy("key", p.k, q)).empty()) {
