@@ -271,11 +271,8 @@ except ImportError:  # pragma: no cover - exercised only without torch
     pass
 else:
     from . import torch_ops  # noqa: F401,E402
-<<<<<<< HEAD
     from .kvqsfa import npu_kv_quant_sparse_flash_attention  # noqa: F401,E402
-=======
     from .sas import (npu_sparse_attn_sharedkv, npu_sparse_attn_sharedkv_metadata,  # noqa: E402
                       verify_sparse_attn_sharedkv_metadata)
     __all__ += ["npu_sparse_attn_sharedkv", "npu_sparse_attn_sharedkv_metadata",
                 "verify_sparse_attn_sharedkv_metadata"]
->>>>>>> sas

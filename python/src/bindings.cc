@@ -318,9 +318,6 @@ NB_MODULE(_openfia, m) {
   m.def("set_simd_cap", [](const std::string& t) { openfia::SetSimdCap(t); }, nb::arg("target"));
   m.def("simd_target", []() { return openfia::SimdTarget(); });
   m.def("version", []() { return openfia::Version(); });
-<<<<<<< HEAD
   RegisterKvqsfa(m);
-=======
   RegisterSas(m);
->>>>>>> sas
 }
