@@ -60,6 +60,10 @@ struct Dequant {
   Elem offset_elem = Elem::kF32;
   int64_t sb = 0, sh = 0, ss = 0, sd = 0;  // shared by scale and offset
   int64_t d_group = 0;  // > 0: the channel term is (d / d_group) * sd instead of d * sd
+  // true: (b, s) are the batch and the token's position in the batch's KV sequence even when
+  // the cache is paged (per-token (B, S) scales with page attention, Q_S == 1); false: storage
+  // coordinates as described above.
+  bool logical = false;
 
   int64_t Index(int64_t b, int64_t h, int64_t s, int64_t d) const {
     return b * sb + h * sh + s * ss + (d_group > 0 ? d / d_group : d) * sd;

@@ -22,6 +22,7 @@ bool IsFloat(Elem e) { return e == Elem::kF32 || e == Elem::kF16 || e == Elem::k
 std::string KvWhy(const char* name, const KvOperand& kv, Elem q) {
   if (kv.cache.elem != q) return std::string(name) + " dtype differs from the query (antiquant)";
   if (kv.dequant.kind != Dequant::Kind::kNone) return std::string(name) + " antiquant";
+  if (kv.dequant.logical) return std::string(name) + " per-token scales of a paged cache";
   if (kv.prefix.present() && kv.prefix.elem != q)
     return std::string(name) + " shared prefix dtype differs from the query";
   if (kv.prefix_dequant.kind != Dequant::Kind::kNone)

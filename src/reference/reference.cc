@@ -34,6 +34,7 @@ struct KeyAddr {
   const Dequant* dq;
   int64_t b;  // batch; physical block id when paged; 0 for the shared prefix
   int64_t s;  // token index; row inside the block when paged; prefix row
+  int64_t lb = 0, ls = 0;  // batch and token position in its sequence (Dequant::logical)
 };
 
 // Logical keys j >= kv_total(b) name token j - kv_total(b) of the second source (problem.h,
@@ -43,19 +44,19 @@ int64_t Kv2Len(const Problem& p, int64_t b) { return p.kv2_len.empty() ? 0 : p.k
 KeyAddr Locate2(const Problem& p, const KvOperand& kv, int64_t b, int64_t t) {
   if (p.block_table2 != nullptr) {
     const int64_t block = p.block_table2[b * p.bt_stride2 + t / p.block_size2];
-    return {&kv.cache, &kv.dequant, block, t % p.block_size2};
+    return {&kv.cache, &kv.dequant, block, t % p.block_size2, b, t};
   }
-  return {&kv.cache, &kv.dequant, b, t};
+  return {&kv.cache, &kv.dequant, b, t, b, t};
 }
 
 KeyAddr Locate(const Problem& p, const KvOperand& kv, int64_t b, int64_t j) {
-  if (j < p.prefix_len) return {&kv.prefix, &kv.prefix_dequant, 0, j};
+  if (j < p.prefix_len) return {&kv.prefix, &kv.prefix_dequant, 0, j, 0, j};
   const int64_t t = p.kv_begin[b] + j - p.prefix_len;
   if (p.paged) {
     const int64_t block = p.block_table[b * p.bt_stride + t / p.block_size];
-    return {&kv.cache, &kv.dequant, block, t % p.block_size};
+    return {&kv.cache, &kv.dequant, block, t % p.block_size, b, t};
   }
-  return {&kv.cache, &kv.dequant, b, t};
+  return {&kv.cache, &kv.dequant, b, t, b, t};
 }
 
 // Element (h, d) of a key/value row as the matmul consumes it. Antiquant (SEMANTICS 1.9):
@@ -66,7 +67,8 @@ float LoadKv(const KeyAddr& a, int64_t h, int64_t d, Elem q_elem) {
   const float x = LoadFloat(o.Base(a.b), o.elem, o.Offset(a.b, h, a.s, d));
   const Dequant& dq = *a.dq;
   if (dq.kind == Dequant::Kind::kNone) return x;
-  const int64_t idx = dq.Index(a.b, h, a.s, d);  // per-tile scales: d_group channels share one
+  // per-tile scales: d_group channels share one; logical: per-token scales of a paged cache
+  const int64_t idx = dq.logical ? dq.Index(a.lb, h, a.ls, d) : dq.Index(a.b, h, a.s, d);
   const float scale = LoadFloat(dq.scale, dq.scale_elem, idx);
   const float offset = dq.offset != nullptr ? LoadFloat(dq.offset, dq.offset_elem, idx) : 0.f;
   const float sum = x + offset;

@@ -810,7 +810,7 @@ std::vector<BadCase> BadCases() {
               c.a.key_antiquant_scale = c.ar.T(DType::kFloat32, {1, 3, 1});
               c.a.value_antiquant_scale = c.ar.T(DType::kFloat32, {1, 3, 1});
             }),
-       "key_antiquant_scale", kUns, "block_table"},
+       "key_antiquant_scale", kBad, "[1, 3, 1]"},
       {"Mode4WithoutPaging",
        With([] { return SepAq(1); },
             [](C c) {

@@ -79,6 +79,7 @@ Dequant MakeDequant(const FiaAntiquant& aq, const FiaGeometry& g, int64_t d) {
   using F = FiaAntiquant::Form;
   Dequant q;
   if (aq.form == F::kNone) return q;
+  const bool paged = g.kv_form != FiaKvForm::kDense && g.kv_form != FiaKvForm::kList;
   // Legacy joint tensors hold K at index 0 and V at index 1 of their leading axis.
   const int64_t part = aq.index < 0 ? 0 : aq.index * (aq.scale->numel() / 2);
   q.scale = ElemPtr(*aq.scale, part);
@@ -102,10 +103,12 @@ Dequant MakeDequant(const FiaAntiquant& aq, const FiaGeometry& g, int64_t d) {
     case F::kPerToken:
       q.kind = Dequant::Kind::kPerToken;
       q.sb = aq.token_s, q.ss = 1;
+      q.logical = paged;  // (batch, token position), not (block, row)
       break;
     case F::kPerTokenHead:
       q.kind = Dequant::Kind::kPerTokenHead;
       q.sb = g.h_kv * aq.token_s, q.sh = aq.token_s, q.ss = 1;
+      q.logical = paged;
       break;
     case F::kPagedToken:
       q.kind = Dequant::Kind::kPerToken;

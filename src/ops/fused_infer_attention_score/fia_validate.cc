@@ -1012,6 +1012,10 @@ FiaGeometry AnalyzeFia(const FiaArgs& a) {
                   "None");
     int64_t token_s = 0;
     for (int64_t s : g.kv_storage_s) token_s = std::max(token_s, s);
+    // A paged cache has no storage S: per-token (B, S) scales are indexed by the token's
+    // position in its sequence and must cover every batch's actual_seq_lengths_kv.
+    if (paged)
+      for (int64_t s : g.kv_len) token_s = std::max(token_s, s);
     const AqContext c{q.dtype, B, g.h_kv, g.block_num, g.block_size, token_s};
     if (sep) {
       // KV-separated parameters win over the legacy joint ones (以KV分离量化参数为准).
@@ -1108,11 +1112,9 @@ FiaGeometry AnalyzeFia(const FiaArgs& a) {
                             "(page attention不支持伪量化场景)",
                             Name(k0.dtype), " key");
     if (paged) {
-      // The per-token scale coordinates of a paged cache are (block, row): modes 4/5.
-      OPENFIA_CHECK_SUPPORTED(!is_token(g.k_aq.form) && !is_token(g.v_aq.form), aq_name,
-                              "per-token scales with page attention must be page-managed "
-                              "(key_antiquant_mode/value_antiquant_mode 4 or 5)",
-                              "per-token (B, S) scales with block_table");
+      // Per-token (B, S) / (B, N, S) scales with a paged cache (the Q_S == 1 table lists them
+      // without excluding page attention): indexed by (batch, token position in the sequence),
+      // see Dequant::logical; modes 4/5 index by (block, row) instead.
     } else {
       OPENFIA_CHECK(!is_paged_token(g.k_aq.form) && !is_paged_token(g.v_aq.form),
                     "key_antiquant_mode",
