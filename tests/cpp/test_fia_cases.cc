@@ -4,8 +4,8 @@
 //  (a) the reference's output obeys invariants stated in the case's own terms (independent of
 //      openfia's canonicalization): rows outside the valid query windows are exactly 0 with lse
 //      +inf, every valid output is finite (the inputs poison every cell no valid row may read with
-//      NaN), outputs are convex combinations of V rows, and when every key is visible the lse lies
-//      between the largest score and that plus log(number of keys);
+//      NaN), outputs are convex combinations of V rows, and when every key is visible (no mask,
+//      no band) and K/V are float, output and lse equal a softmax computed here in double;
 //  (b) the engine (where it supports the call) matches the reference within tolerances derived
 //      from dtype unit roundoffs and the reduction lengths; NaN/Inf positions match exactly, and
 //      where the engine declines, the automatic fallback is bitwise the reference;
@@ -204,27 +204,38 @@ TEST_P(FiaCases, ReferenceInvariants) {
             report("out" + at + "[" + std::to_string(d) + "] = " + std::to_string(x) +
                    " exceeds max |V| " + std::to_string(v_bound));
         }
-        if (!lse.defined()) {
-          if (valid && kv_total == 0 && IsFloat(out.dtype) && !row_zero)
-            report("row without keys not 0: out" + at);
-          continue;
+        if (valid && kv_total == 0 && IsFloat(out.dtype) && !row_zero)
+          report("row without keys not 0: out" + at);
+        if (valid && kv_total > 0 && g.scores_known) {
+          // Every key is visible: softmax in double from the stored values. The reference rounds
+          // p to the query dtype (relative eps_q) while l is not, then rounds the output.
+          std::vector<double> s(kv_total);
+          double m = -kInf, sum = 0;
+          for (int64_t j = 0; j < kv_total; ++j) m = std::max(m, s[j] = c.Score(b, h, row, j));
+          for (int64_t j = 0; j < kv_total; ++j) sum += s[j] = std::exp(s[j] - m);
+          const double want_lse = m + std::log(sum);
+          if (lse.defined() && !(std::fabs(l - want_lse) <= 4 * kU32 * (std::fabs(want_lse) + 1)))
+            report("lse" + at + " = " + std::to_string(l) + ", want " + std::to_string(want_lse));
+          if (IsFloat(out.dtype)) {
+            for (int64_t d = 0; d < g.DV; ++d) {
+              double o = 0;
+              for (int64_t j = 0; j < kv_total; ++j) o += s[j] * c.Value(b, h, j, d);
+              o /= sum;
+              const double x = Load(out, c.OutIndex(b, h, row, d));
+              if (!(std::fabs(x - o) <= 2 * eps_q * g.v_absmax + 2 * eps_o * std::fabs(o) + 1e-12))
+                report("out" + at + "[" + std::to_string(d) + "] = " + std::to_string(x) +
+                       ", softmax(QK)V = " + std::to_string(o));
+            }
+          }
         }
+        if (!lse.defined()) continue;
         if (!valid || kv_total == 0) {
           if (l != kInf) report("lse" + at + " = " + std::to_string(l) + ", want +inf");
-          if (kv_total == 0 && IsFloat(out.dtype) && !row_zero) report("row without keys not 0" + at);
           continue;
         }
         if (std::isnan(l) || l == -kInf) report("lse" + at + " = " + std::to_string(l));
         // No visible key (lse +inf) means the documented empty row: output 0.
         if (l == kInf && IsFloat(out.dtype) && !row_zero) report("lse +inf but out row nonzero" + at);
-        if (g.scores_known) {
-          double m = -kInf;
-          for (int64_t j = 0; j < kv_total; ++j) m = std::max(m, c.Score(b, h, row, j));
-          const double tol = 4 * kU32 * (std::fabs(m) + std::log(kv_total) + 1);
-          if (!(l >= m - tol && l <= m + std::log(static_cast<double>(kv_total)) + tol))
-            report("lse" + at + " = " + std::to_string(l) + " outside [max score " +
-                   std::to_string(m) + ", + log " + std::to_string(kv_total) + "]");
-        }
       }
     }
   }

@@ -566,8 +566,8 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
   else Fail(c.name + ": mdtype=" + mdt_s + " is unknown");
   if (mask == "2048") {
     TensorView t = Alloc(mdt, {2048, 2048});
-    for (int64_t i = 0; i < 2048; ++i)
-      for (int64_t j = i + 1; j < 2048; ++j) Put(t.data, mdt, i * 2048 + j, 1);
+    auto* bytes = static_cast<uint8_t*>(t.data);  // bool, int8 and uint8 all store 1 as 0x01
+    for (int64_t i = 0; i < 2048; ++i) std::memset(bytes + i * 2048 + i + 1, 1, 2047 - i);
     args_.atten_mask = t;
   } else if (mask != "none") {
     std::vector<uint8_t> m(B * S * kv_cols);
@@ -743,16 +743,20 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
         }
     k_rows_ = g.prefix_len + KVS;
     k_log_.assign(B * KVN * k_rows_ * dqk, 0);
+    v_log_.assign(B * KVN * k_rows_ * DV, 0);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < KVN; ++h)
         for (int64_t j = 0; j < g.prefix_len + akv[b]; ++j) {
           double* dst = &k_log_[((b * KVN + h) * k_rows_ + j) * dqk];
+          double* vdst = &v_log_[((b * KVN + h) * k_rows_ + j) * DV];
           if (j < g.prefix_len) {
             for (int64_t d = 0; d < D; ++d) dst[d] = kp.at(0, h, j, d);
+            for (int64_t d = 0; d < DV; ++d) vdst[d] = vp.at(0, h, j, d);
           } else {
             const int64_t t = kv_begin[b] + j - g.prefix_len;
             for (int64_t d = 0; d < D; ++d) dst[d] = k.at(b, h, t, d);
             for (int64_t d = 0; d < RD; ++d) dst[D + d] = kr.at(b, h, t, d);
+            for (int64_t d = 0; d < DV; ++d) vdst[d] = v.at(b, h, t, d);
           }
         }
   }
@@ -810,6 +814,12 @@ double FiaCase::Score(int64_t b, int64_t h, int64_t row, int64_t j) const {
     s += pse_log_[((pb * g.N + h) * g.S + row) * pse_cols_ + j];
   }
   return s;
+}
+
+double FiaCase::Value(int64_t b, int64_t h, int64_t j, int64_t d) const {
+  const CaseGeometry& g = geo_;
+  if (v_log_.empty()) Fail(spec_.name + ": Value() needs float V");
+  return v_log_[((b * g.KVN + h / (g.N / g.KVN)) * k_rows_ + j) * g.DV + d];
 }
 
 }  // namespace openfia::cases

@@ -90,9 +90,12 @@ class FiaCase {
   // Rows per batch of the output (S; TND: q_len[b]).
   int64_t OutRows(int64_t b) const;
 
-  // Logical (dequantized-free) values kept for score checks on float KV cases: q/k include the
-  // rope dims after the nope dims. k is indexed by logical key j (prefix first). Empty otherwise.
+  // For float K/V cases (geometry().float_kv): the score of query row `row` (BNSD tensor row) of
+  // batch b, head h against logical key j (shared prefix first, then the valid KV rows), computed
+  // in double from the stored values (rope dims included; pse added when present), and the value
+  // V(b, h, j, d) of that key. Meaningful for pse only when geometry().scores_known.
   double Score(int64_t b, int64_t h, int64_t row, int64_t j) const;
+  double Value(int64_t b, int64_t h, int64_t j, int64_t d) const;
 
  private:
   struct Buffer;
@@ -104,8 +107,9 @@ class FiaCase {
   FiaArgs args_;
   FiaOutputSpec out_spec_;
   TensorView out_, lse_;
-  // Logical float values for Score(): q [B,N,S,Dqk], k [B,KVN,prefix+KVS,Dqk], pse [pb,N,S,cols].
-  std::vector<double> q_log_, k_log_, pse_log_;
+  // Logical float values for Score()/Value(): q [B,N,S,Dqk], k [B,KVN,prefix+KVS,Dqk], v likewise
+  // with DV, pse [pb,N,S,cols].
+  std::vector<double> q_log_, k_log_, v_log_, pse_log_;
   int64_t k_rows_ = 0, pse_b_ = 0, pse_cols_ = 0;
 };
 
