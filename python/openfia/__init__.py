@@ -19,6 +19,7 @@ from ._openfia import OpenfiaError
 __all__ = [
     "OpenfiaError",
     "npu_fused_infer_attention_score",
+    "npu_kv_quant_sparse_flash_attention",
     "patch_torch_npu",
     "set_impl",
     "get_impl",
@@ -270,3 +271,11 @@ except ImportError:  # pragma: no cover - exercised only without torch
     pass
 else:
     from . import torch_ops  # noqa: F401,E402
+<<<<<<< HEAD
+    from .kvqsfa import npu_kv_quant_sparse_flash_attention  # noqa: F401,E402
+=======
+    from .sas import (npu_sparse_attn_sharedkv, npu_sparse_attn_sharedkv_metadata,  # noqa: E402
+                      verify_sparse_attn_sharedkv_metadata)
+    __all__ += ["npu_sparse_attn_sharedkv", "npu_sparse_attn_sharedkv_metadata",
+                "verify_sparse_attn_sharedkv_metadata"]
+>>>>>>> sas

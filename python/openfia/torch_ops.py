@@ -124,6 +124,8 @@ def _define(lib, namespace):
 
 _lib = torch.library.Library("openfia", "DEF")
 _define(_lib, "openfia")
+from .kvqsfa import define_op as _define_kvqsfa  # noqa: E402
+_define_kvqsfa(_lib, "openfia")
 
 _npu_lib = None
 

@@ -19,6 +19,8 @@
 
 namespace nb = nanobind;
 
+void RegisterKvqsfa(nb::module_& m);  // bindings_kvqsfa.cc
+
 namespace {
 
 using Array = nb::ndarray<nb::ro>;
@@ -237,6 +239,8 @@ const char* ErrorCodeName(openfia::ErrorCode c) {
 
 }  // namespace
 
+void RegisterSas(nb::module_& m);  // bindings_sas.cc: SparseAttnSharedkv(Metadata)
+
 NB_MODULE(_openfia, m) {
   m.doc() = "openfia native module: Ascend CANN attention operators on the CPU (use `openfia`)";
 
@@ -314,4 +318,9 @@ NB_MODULE(_openfia, m) {
   m.def("set_simd_cap", [](const std::string& t) { openfia::SetSimdCap(t); }, nb::arg("target"));
   m.def("simd_target", []() { return openfia::SimdTarget(); });
   m.def("version", []() { return openfia::Version(); });
+<<<<<<< HEAD
+  RegisterKvqsfa(m);
+=======
+  RegisterSas(m);
+>>>>>>> sas
 }

@@ -129,6 +129,19 @@ struct Problem {
   std::vector<int64_t> key_offset, q_row_base;
   std::vector<int32_t> key_index;
 
+  // Second key source (SparseAttnSharedkv: the compressed cache beside the original one). Used only
+  // with sparse selection: when key_source is non-empty (parallel to key_index), an entry n with
+  // key_source[n] != 0 names token t = key_index[n] of k2/v2 instead of k/v, 0 <= t < kv2_len[b];
+  // it lives at storage (block_table2[b*bt_stride2 + t / block_size2], h, t % block_size2) when
+  // block_table2 is set, else at (b, h, t) (no prefix, no kv_begin offset). Both sources enter one
+  // softmax, in list order. Same head geometry and d_qk/d_v as k/v; no rope.
+  KvOperand k2, v2;
+  const int32_t* block_table2 = nullptr;  // [batch, bt_stride2], may be null (contiguous k2/v2)
+  int64_t bt_stride2 = 0;
+  int64_t block_size2 = 0;
+  std::vector<int64_t> kv2_len;     // [batch]: tokens of k2/v2 per batch; empty: none
+  std::vector<uint8_t> key_source;  // [key_index.size()] or empty (every entry names k/v)
+
   const float* sinks = nullptr;  // [h_q] or null: a per-head logit added to the softmax denominator
 
   // ---- int8 full quantization (query/key/value int8) ----

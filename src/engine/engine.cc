@@ -1,19 +1,136 @@
-// openfia: engine entry points. The fast engine is being built (issue "fast CPU engine"); until a
-// feature lands here, EngineSupports reports it and the driver runs the reference.
+// openfia: engine entry points: support check, plan, parallel tile loop, split-KV merge and the
+// epilogue (normalization, sinks, output rounding, int8 post-quantization, lse).
 #include "engine/engine.h"
-#include "openfia/runtime.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "common/online_softmax.h"
+#include "common/parallel.h"
+#include "engine/plan.h"
+#include "simd/scalar_convert.h"
+#include "simd/simd.h"
 
 namespace openfia::internal {
+namespace {
 
-bool EngineSupports(const Problem&, std::string* why) {
-  if (why) *why = "the fast engine is not built yet";
-  return false;
+bool IsFloat(Elem e) { return e == Elem::kF32 || e == Elem::kF16 || e == Elem::kBF16; }
+
+// Why the engine cannot run a KV operand (empty when it can).
+std::string KvWhy(const char* name, const KvOperand& kv, Elem q) {
+  if (kv.cache.elem != q) return std::string(name) + " dtype differs from the query (antiquant)";
+  if (kv.dequant.kind != Dequant::Kind::kNone) return std::string(name) + " antiquant";
+  if (kv.prefix.present() && kv.prefix.elem != q)
+    return std::string(name) + " shared prefix dtype differs from the query";
+  if (kv.prefix_dequant.kind != Dequant::Kind::kNone)
+    return std::string(name) + " shared prefix antiquant";
+  return "";
 }
 
-void RunEngine(const Problem&) {}
+// Writes the final output row (b, h, query i) from its merged state.
+void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRow& st,
+              const float* acc) {
+  const float sink = p.sinks ? p.sinks[h] : std::numeric_limits<float>::quiet_NaN();
+  RowFinal f;
+  const bool any = FinalizeSoftmax(st, sink, &f);
+  const int64_t row = p.q_begin[b] + i;
+  const int64_t o = b * p.out_sb + h * p.out_sh + row * p.out_ss;
+  const bool quant = p.out_elem == Elem::kI8;
+  for (int64_t d = 0; d < p.d_v; ++d) {
+    float x = any ? acc[d] * f.factor / f.denom : 0.f;
+    if (quant) {  // SPEC 2.7: y = x * qs2 + qo2 in fp32, half away from zero, saturated
+      const int64_t c = h * p.d_v + d;
+      const float qs = p.quant_scale2.size() == 1 ? p.quant_scale2[0] : p.quant_scale2[c];
+      const float qo = p.quant_offset2.empty() ? 0.f
+                       : p.quant_offset2.size() == 1 ? p.quant_offset2[0]
+                                                     : p.quant_offset2[c];
+      x = x * qs + qo;
+    }
+    cvt::Store(p.out, p.out_elem, o + d * p.out_sd, x);
+  }
+  if (p.lse) p.lse[b * p.lse_sb + h * p.lse_sh + row * p.lse_ss] = f.lse;
+}
+
+}  // namespace
+
+bool EngineSupports(const Problem& p, std::string* why) {
+  std::string w;
+  const Elem q = p.q.elem;
+  if (p.full_quant) w = "int8 full quantization (query/key/value int8)";
+  else if (!p.key_offset.empty()) w = "sparse per-row key selection";
+  // SparseAttnSharedkv's second key source is reference-only until the engine streams it.
+  else if (!p.key_source.empty() || p.k2.cache.present())
+    w = "a second key source (SparseAttnSharedkv compressed cache)";
+  else if (!IsFloat(q)) w = "query dtype other than float32/float16/bfloat16";
+  else if (p.d_rope > 0 && p.q_rope.elem != q) w = "query_rope dtype differs from the query";
+  else if (!(w = KvWhy("key", p.k, q)).empty()) {
+  } else if (!(w = KvWhy("value", p.v, q)).empty()) {
+  } else if (p.d_rope > 0 && !(w = KvWhy("key_rope", p.k_rope, q)).empty()) {
+  } else if (!IsFloat(p.out_elem) && p.out_elem != Elem::kI8) w = "output dtype";
+  else if (p.pse && !IsFloat(p.pse_elem)) w = "pse_shift dtype";
+  else if (p.out_elem == Elem::kI8 && p.quant_scale2.empty()) w = "int8 output without quant_scale2";
+  if (why) *why = w;
+  return w.empty();
+}
+
+void RunEngine(const Problem& p) {
+  const KernelTable& k = ActiveKernels();
+  const Plan plan = MakePlan(p);
+  const int workers = NumWorkers();
+  const int64_t dv_pad = (p.d_v + 15) / 16 * 16;
+
+  // Per-worker scratch and row states; split-KV partial states in a shared workspace.
+  std::vector<std::unique_ptr<ScratchBuffer>> scratch(workers);
+  std::vector<std::vector<float>> states(workers);
+  std::vector<float> split_m(plan.state_rows), split_l(plan.state_rows),
+      split_acc(plan.state_rows * dv_pad);
+
+  ParallelFor(static_cast<int64_t>(plan.items.size()), [&](int64_t idx, int worker) {
+    const WorkItem& w = plan.items[idx];
+    if (!scratch[worker]) {
+      scratch[worker] = std::make_unique<ScratchBuffer>(p);
+      states[worker].assign(kMaxRows * (2 + dv_pad), 0.f);
+    }
+    const int64_t rows = w.rows(), nq = w.i1 - w.i0;
+    RowStates rs;
+    if (w.n_split > 1) {
+      rs = {split_m.data() + w.state0, split_l.data() + w.state0,
+            split_acc.data() + w.state0 * dv_pad, dv_pad};
+    } else {
+      float* st = states[worker].data();
+      rs = {st, st + kMaxRows, st + 2 * kMaxRows, dv_pad};
+    }
+    k.attend(p, w, scratch[worker]->get(), rs);
+    if (w.n_split > 1) return;
+    for (int64_t r = 0; r < rows; ++r) {
+      const SoftmaxRow st{rs.m[r], rs.l[r]};
+      Epilogue(p, w.b, w.hk * p.group() + w.g0 + r / nq, w.i0 + r % nq, st, rs.acc + r * dv_pad);
+    }
+  });
+
+  if (plan.state_rows == 0) return;
+  // Merge the splits of each row group in split order (fixed, so bitwise reproducible).
+  std::vector<int64_t> firsts;
+  for (int64_t i = 0; i < static_cast<int64_t>(plan.items.size()); ++i)
+    if (plan.items[i].n_split > 1 && plan.items[i].split == 0) firsts.push_back(i);
+  ParallelFor(static_cast<int64_t>(firsts.size()), [&](int64_t gi, int) {
+    const int64_t first = firsts[gi];
+    const WorkItem& w0 = plan.items[first];
+    const int64_t rows = w0.rows(), nq = w0.i1 - w0.i0;
+    std::vector<float> acc(dv_pad);
+    for (int64_t r = 0; r < rows; ++r) {
+      SoftmaxRow st;
+      for (int64_t s = 0; s < w0.n_split; ++s) {
+        const WorkItem& w = plan.items[first + s];
+        const int64_t sr = w.state0 + r;
+        MergeSoftmax(st, acc.data(), SoftmaxRow{split_m[sr], split_l[sr]},
+                     split_acc.data() + sr * dv_pad, p.d_v);
+      }
+      Epilogue(p, w0.b, w0.hk * p.group() + w0.g0 + r / nq, w0.i0 + r % nq, st, acc.data());
+    }
+  });
+}
 
 }  // namespace openfia::internal
-
-namespace openfia {
-std::string SimdTarget() { return "scalar"; }
-}  // namespace openfia

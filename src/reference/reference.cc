@@ -36,6 +36,18 @@ struct KeyAddr {
   int64_t s;  // token index; row inside the block when paged; prefix row
 };
 
+// Logical keys j >= kv_total(b) name token j - kv_total(b) of the second source (problem.h,
+// k2/v2): the reference numbers both sources in one dense key space per batch.
+int64_t Kv2Len(const Problem& p, int64_t b) { return p.kv2_len.empty() ? 0 : p.kv2_len[b]; }
+
+KeyAddr Locate2(const Problem& p, const KvOperand& kv, int64_t b, int64_t t) {
+  if (p.block_table2 != nullptr) {
+    const int64_t block = p.block_table2[b * p.bt_stride2 + t / p.block_size2];
+    return {&kv.cache, &kv.dequant, block, t % p.block_size2};
+  }
+  return {&kv.cache, &kv.dequant, b, t};
+}
+
 KeyAddr Locate(const Problem& p, const KvOperand& kv, int64_t b, int64_t j) {
   if (j < p.prefix_len) return {&kv.prefix, &kv.prefix_dequant, 0, j};
   const int64_t t = p.kv_begin[b] + j - p.prefix_len;
@@ -94,8 +106,11 @@ void VisibleKeys(const Problem& p, int64_t b, int64_t hk, int64_t i, std::vector
   keys->clear();
   if (!p.key_offset.empty()) {
     const int64_t r = (p.q_row_base[b] + i) * p.h_kv + hk;
-    for (int64_t n = p.key_offset[r]; n < p.key_offset[r + 1]; ++n)
-      keys->push_back(p.key_index[n]);  // token t is logical key t (prefix_len is 0)
+    for (int64_t n = p.key_offset[r]; n < p.key_offset[r + 1]; ++n) {
+      // Token t is logical key t (prefix_len is 0); a second-source token follows the first.
+      const bool second = !p.key_source.empty() && p.key_source[n] != 0;
+      keys->push_back(p.key_index[n] + (second ? p.kv_total(b) : 0));
+    }
     return;
   }
   int64_t lo, hi;
@@ -172,13 +187,21 @@ Gathered Gather(const Problem& p, int64_t b, int64_t hk, const std::vector<char>
   Gathered g;
   g.dk = p.d_qk + p.d_rope;
   g.dv = p.d_v;
-  const int64_t total = p.kv_total(b);
+  const int64_t total1 = p.kv_total(b);
+  const int64_t total = total1 + Kv2Len(p, b);
   g.k.assign(total * g.dk, 0.f);
   g.v.assign(total * g.dv, 0.f);
   // Full quantization feeds raw int8 to the int32 matmul: no dequant, no rounding to q dtype.
   const Elem round_to = p.full_quant ? Elem::kF32 : p.q.elem;
   for (int64_t j = 0; j < total; ++j) {
     if (!needed[j]) continue;
+    if (j >= total1) {  // second source: no rope (problem.h)
+      const KeyAddr ka = Locate2(p, p.k2, b, j - total1);
+      const KeyAddr va = Locate2(p, p.v2, b, j - total1);
+      for (int64_t d = 0; d < p.d_qk; ++d) g.k[j * g.dk + d] = LoadKv(ka, hk, d, round_to);
+      for (int64_t d = 0; d < p.d_v; ++d) g.v[j * g.dv + d] = LoadKv(va, hk, d, round_to);
+      continue;
+    }
     const KeyAddr ka = Locate(p, p.k, b, j);
     for (int64_t d = 0; d < p.d_qk; ++d) g.k[j * g.dk + d] = LoadKv(ka, hk, d, round_to);
     if (p.d_rope > 0) {
@@ -332,7 +355,7 @@ void RunReference(const Problem& p) {
     }
     for (int64_t hk = 0; hk < p.h_kv; ++hk) {
       // Keys some row of this (batch, KV head) attends: only those are ever read.
-      std::vector<char> needed(total, 0);
+      std::vector<char> needed(total + Kv2Len(p, b), 0);
       for (int64_t i = 0; i < qn; ++i) {
         VisibleKeys(p, b, hk, i, &keys);
         for (int64_t j : keys) needed[j] = 1;

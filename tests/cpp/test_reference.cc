@@ -592,6 +592,93 @@ TEST(Reference, SparseSelectionCountsDuplicatesAndIsPerKvHead) {
   EXPECT_NEAR(f.Lse(0, 1, 0), c, kEpsF32);
 }
 
+TEST(Reference, SecondKeySourceEqualsOneConcatenatedSourceBitwise) {
+  // Keys [0, 4) of each batch stay in k/v (paged, block size 3); keys [4, 7) move to a second,
+  // paged source with its own block table and block size 2 (problem.h k2/v2). Selections mixing
+  // both sources, in any order and with duplicates, give bitwise the single-source result. Every
+  // storage cell of the second source that no selection names holds NaN.
+  Fixture whole(2, 4, 2, 3, 7, 5, 3, Elem::kBF16, Elem::kBF16, 41);
+  whole.sinks = {0.5f, -1.f, 2.f, 0.f};
+  Fixture split = whole;
+  auto sel = [](int64_t b, int64_t hk, int64_t i) {
+    std::vector<int32_t> keys = {int32_t(6 - i), 0, int32_t((b + hk + i) % 7), 5, 3};
+    if (hk == 1) keys.push_back(4);
+    return keys;
+  };
+  Problem pw = whole.Build();
+  SetSelection(whole, &pw, sel);
+  RunReference(pw);
+
+  constexpr int64_t kN1 = 4, kN2 = 3, kBs2 = 2;
+  split.store = Store::kPaged4D;
+  split.block_size = 3;
+  split.kv_len = {kN1, kN1};
+  Problem p = split.Build();
+  SetSelection(split, &p, sel);
+  p.key_source.assign(p.key_index.size(), 0);
+  for (size_t n = 0; n < p.key_index.size(); ++n)
+    if (p.key_index[n] >= kN1) p.key_index[n] -= kN1, p.key_source[n] = 1;
+  // Second source: blocks {3, 0} for batch 0 and {2, 4} for batch 1 of 5; block 1 unused.
+  std::vector<int32_t> table2 = {3, 0, -1, 2, 4, -1};
+  const int64_t n2 = 5 * whole.Hkv * kBs2;
+  Buffer k2(Elem::kBF16, n2 * whole.D), v2(Elem::kBF16, n2 * whole.Dv);
+  k2.Poison(n2 * whole.D, true);
+  v2.Poison(n2 * whole.Dv, true);
+  p.k2.cache = Dense(k2.data(), Elem::kBF16, whole.Hkv * kBs2 * whole.D, kBs2 * whole.D, whole.D);
+  p.v2.cache =
+      Dense(v2.data(), Elem::kBF16, whole.Hkv * kBs2 * whole.Dv, kBs2 * whole.Dv, whole.Dv);
+  p.block_table2 = table2.data();
+  p.bt_stride2 = 3;
+  p.block_size2 = kBs2;
+  p.kv2_len = {kN2, kN2};
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < whole.Hkv; ++h)
+      for (int64_t t = 0; t < kN2; ++t) {
+        const int64_t blk = table2[b * 3 + t / kBs2], row = t % kBs2;
+        for (int64_t d = 0; d < whole.D; ++d)
+          k2.Set(p.k2.cache.Offset(blk, h, row, d), whole.K(b, h, kN1 + t, d));
+        for (int64_t d = 0; d < whole.Dv; ++d)
+          v2.Set(p.v2.cache.Offset(blk, h, row, d), whole.V(b, h, kN1 + t, d));
+      }
+  RunReference(p);
+  ExpectBitwiseEqual(whole, split);
+}
+
+TEST(Reference, SecondKeySourceContiguousAndUnreadTokensDoNotLeak) {
+  // Without block_table2 the second source is (b, h, t). Tokens the lists do not name hold NaN
+  // (token 1 of batch 0, past kv2_len in batch 1); a row whose list is empty gets 0 / +inf.
+  Fixture f(2, 1, 1, 2, 2, 2, 2, Elem::kF32, Elem::kF32, 43);
+  Problem p = f.Build();
+  p.key_offset = {0, 2, 2, 3, 4};  // rows (b, i): (0,0): 2 keys, (0,1): none, (1,0), (1,1)
+  p.q_row_base = {0, 2};
+  p.key_index = {0, 1, 0, 0};
+  p.key_source = {1, 0, 1, 0};
+  std::vector<float> k2(2 * 3 * 2, kNaN), v2(2 * 3 * 2, kNaN);  // [b, t < 3, d]
+  auto at = [](int64_t b, int64_t t, int64_t d) { return (b * 3 + t) * 2 + d; };
+  k2[at(0, 0, 0)] = 0.25f, k2[at(0, 0, 1)] = -0.5f, v2[at(0, 0, 0)] = 2.f, v2[at(0, 0, 1)] = 1.f;
+  k2[at(1, 0, 0)] = 1.f, k2[at(1, 0, 1)] = 0.f, v2[at(1, 0, 0)] = -1.f, v2[at(1, 0, 1)] = 3.f;
+  p.k2.cache = Dense(k2.data(), Elem::kF32, 6, 0, 2);
+  p.v2.cache = Dense(v2.data(), Elem::kF32, 6, 0, 2);
+  p.kv2_len = {3, 1};
+  RunReference(p);
+  // Row (1, 0): a single key: its value row, lse = its score.
+  EXPECT_EQ(f.Out(1, 0, 0, 0), -1.f);
+  EXPECT_EQ(f.Out(1, 0, 0, 1), 3.f);
+  EXPECT_NEAR(f.Lse(1, 0, 0), f.Q(1, 0, 0, 0), 2 * kEpsF32);
+  // Row (0, 0): second-source token 0 and first-source token 1 in one softmax.
+  const double s0 = double(f.Q(0, 0, 0, 0)) * 0.25 - double(f.Q(0, 0, 0, 1)) * 0.5;
+  const double s1 = double(f.Q(0, 0, 0, 0)) * f.K(0, 0, 1, 0) +
+                    double(f.Q(0, 0, 0, 1)) * f.K(0, 0, 1, 1);
+  const double w0 = 1 / (1 + std::exp(s1 - s0));
+  for (int64_t d = 0; d < 2; ++d)
+    EXPECT_NEAR(f.Out(0, 0, 0, d), w0 * v2[at(0, 0, d)] + (1 - w0) * f.V(0, 0, 1, d),
+                4 * kEpsF32 * 3);
+  EXPECT_NEAR(f.Lse(0, 0, 0), std::max(s0, s1) + std::log1p(std::exp(-std::fabs(s0 - s1))),
+              4 * kEpsF32);
+  EXPECT_EQ(f.Out(0, 0, 1, 0), 0.f);
+  EXPECT_EQ(f.Lse(0, 0, 1), float(kInf));
+}
+
 TEST(Reference, TensorListEqualsContiguousBitwise) {
   Fixture base(3, 2, 2, 2, 6, 4, 3, Elem::kF16, Elem::kF16, 23);
   base.kv_len = {6, 2, 4};

@@ -1,0 +1,120 @@
+// openfia: the engine's thread pool. One process-wide pool, re-sized when GetNumThreads()
+// changes; the calling thread is worker 0 and the pool threads are workers 1..n-1.
+#include "common/parallel.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "openfia/runtime.h"
+
+namespace openfia::internal {
+namespace {
+
+thread_local bool t_in_worker = false;
+
+class Pool {
+ public:
+  ~Pool() { Resize(1); }
+
+  // Caller holds run_mu_.
+  void Resize(int n) {
+    if (n == static_cast<int>(threads_.size()) + 1) return;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      ++generation_;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    stop_ = false;
+    // Each thread starts from the current generation, so a Run() issued right after creation is
+    // seen as new work even if the thread has not started yet.
+    const uint64_t gen = generation_;
+    for (int w = 1; w < n; ++w) threads_.emplace_back([this, w, gen] { Loop(w, gen); });
+  }
+
+  void Run(int64_t n, const std::function<void(int64_t, int)>& fn, int workers) {
+    Resize(workers);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      fn_ = &fn;
+      n_ = n;
+      next_.store(0);
+      pending_ = static_cast<int>(threads_.size());
+      ++generation_;
+    }
+    cv_.notify_all();
+    Work(0);
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [this] { return pending_ == 0; });
+    fn_ = nullptr;
+  }
+
+  std::mutex run_mu;  // one ParallelFor at a time uses the pool
+
+ private:
+  void Work(int worker) {
+    t_in_worker = true;
+    for (;;) {
+      const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
+      if (i >= n_) break;
+      (*fn_)(i, worker);
+    }
+    t_in_worker = false;
+  }
+
+  void Loop(int worker, uint64_t seen) {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      Work(worker);
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  bool stop_ = false;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  std::atomic<int64_t> next_{0};
+};
+
+Pool& GetPool() {
+  static Pool* pool = new Pool();  // leaked on purpose: no join during static destruction
+  return *pool;
+}
+
+}  // namespace
+
+int NumWorkers() { return GetNumThreads() < 1 ? 1 : GetNumThreads(); }
+
+void ParallelFor(int64_t n, const std::function<void(int64_t, int)>& fn) {
+  if (n <= 0) return;
+  const int workers = NumWorkers();
+  if (n == 1 || workers == 1 || t_in_worker) {
+    for (int64_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
+  Pool& pool = GetPool();
+  std::unique_lock<std::mutex> lk(pool.run_mu, std::try_to_lock);
+  if (!lk.owns_lock()) {  // another thread's call is running: stay correct, run here
+    for (int64_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
+  pool.Run(n, fn, workers);
+}
+
+}  // namespace openfia::internal

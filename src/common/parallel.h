@@ -1,0 +1,24 @@
+// openfia internal: a fixed-size thread pool with a deterministic parallel-for.
+//
+// Determinism does not come from the schedule (items are claimed dynamically) but from the
+// contract: every item writes only its own outputs and computes them with a fixed order of
+// operations, so any thread count gives bitwise the same results. Callers plan their items from
+// the problem only, never from NumWorkers().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace openfia::internal {
+
+// Number of workers ParallelFor may use (openfia::GetNumThreads(), at least 1). Use it only to
+// size per-worker scratch, never to decide how work is split.
+int NumWorkers();
+
+// Calls fn(item, worker) once for every item in [0, n), worker in [0, NumWorkers()); each worker
+// runs one item at a time, so per-worker scratch indexed by `worker` is private. Returns when all
+// items are done. Runs serially on the calling thread when n <= 1, when called from inside a
+// worker, or when another thread is using the pool. fn must not throw.
+void ParallelFor(int64_t n, const std::function<void(int64_t item, int worker)>& fn);
+
+}  // namespace openfia::internal

@@ -1,0 +1,109 @@
+// openfia: the engine's work plan (deterministic, from the Problem only) and scratch sizing.
+#include "engine/plan.h"
+
+#include <algorithm>
+
+namespace openfia::internal {
+namespace {
+
+// Split-KV (decode): when the unsplit items are fewer than kSplitItems, long key ranges are cut
+// into pieces of at least kMinSplitTiles tiles so that any machine has work for all its cores.
+// Both constants are fixed: the split, and so every bit of the result, never depends on the
+// number of threads.
+constexpr int64_t kSplitItems = 64;
+constexpr int64_t kMinSplitTiles = 16;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Plan MakePlan(const Problem& p) {
+  Plan plan;
+  const int64_t G = p.group();
+  const int64_t g_chunk = std::min(G, kMaxRows);
+  const int64_t q_tile = std::max<int64_t>(1, kMaxRows / g_chunk);
+
+  std::vector<WorkItem> base;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t nq = p.q_len[b], kvt = p.kv_total(b);
+    const int64_t pre = p.band_pre.empty() ? Problem::kNoBand : p.band_pre[b];
+    const int64_t next = p.band_next.empty() ? Problem::kNoBand : p.band_next[b];
+    for (int64_t hk = 0; hk < p.h_kv; ++hk) {
+      for (int64_t g0 = 0; g0 < G; g0 += g_chunk) {
+        for (int64_t i0 = 0; i0 < nq; i0 += q_tile) {
+          WorkItem w;
+          w.b = b;
+          w.hk = hk;
+          w.g0 = g0;
+          w.g1 = std::min(G, g0 + g_chunk);
+          w.i0 = i0;
+          w.i1 = std::min(nq, i0 + q_tile);
+          // Keys some row of the tile can see: [i0 - pre, i1 - 1 + next] within [0, kvt).
+          w.j0 = std::max<int64_t>(0, w.i0 - pre);
+          w.j1 = std::min<int64_t>(kvt, w.i1 - 1 + next + 1);
+          if (w.j0 >= w.j1) w.j0 = w.j1 = 0;
+          base.push_back(w);
+        }
+      }
+    }
+  }
+
+  const int64_t want = static_cast<int64_t>(base.size()) < kSplitItems
+                           ? CeilDiv(kSplitItems, std::max<int64_t>(1, base.size()))
+                           : 1;
+  for (const WorkItem& w : base) {
+    // Tiles on the absolute grid of kTileKeys (paged blocks and causal diagonals line up).
+    const int64_t t_first = w.j0 / kTileKeys, t_end = CeilDiv(w.j1, kTileKeys);
+    const int64_t tiles = w.j1 > w.j0 ? t_end - t_first : 0;
+    int64_t n_split = std::min(want, tiles / kMinSplitTiles);
+    if (n_split <= 1) {
+      plan.items.push_back(w);
+      continue;
+    }
+    const int64_t per = CeilDiv(tiles, n_split);
+    n_split = CeilDiv(tiles, per);
+    for (int64_t s = 0; s < n_split; ++s) {
+      WorkItem x = w;
+      x.j0 = std::max(w.j0, (t_first + s * per) * kTileKeys);
+      x.j1 = std::min(w.j1, (t_first + (s + 1) * per) * kTileKeys);
+      x.split = s;
+      x.n_split = n_split;
+      x.state0 = plan.state_rows;
+      plan.state_rows += x.rows();
+      plan.items.push_back(x);
+    }
+  }
+  return plan;
+}
+
+ScratchBuffer::ScratchBuffer(const Problem& p) {
+  EngineScratch& s = s_;
+  s.dk = p.d_qk + p.d_rope;
+  s.dk_pad = (s.dk + 15) / 16 * 16;
+  s.dv_pad = (p.d_v + 15) / 16 * 16;
+  const int64_t nq = kMaxRows * s.dk_pad, nkt = s.dk * kTileKeys + 16,
+                nv = kTileKeys * s.dv_pad, ns = kMaxRows * kTileKeys,
+                nt = kMaxRows + 2 * s.dv_pad + 64;
+  f_.assign(nq + nkt + nv + ns + nt, 0.f);
+  float* f = f_.data();
+  s.q = f;
+  s.kt = s.q + nq;
+  s.v = s.kt + nkt;
+  s.s = s.v + nv;
+  s.tmp = s.s + ns;
+  u8_.assign(kMaxRows * kTileKeys + kTileKeys, 0);
+  s.vis = u8_.data();
+  s.kpre = s.vis + kMaxRows * kTileKeys;
+  ptr_.assign(3 * kTileKeys, nullptr);
+  s.kbase = ptr_.data();
+  s.rbase = s.kbase + kTileKeys;
+  s.vbase = s.rbase + kTileKeys;
+  i_.assign(3 * kTileKeys + 6 * kTileKeys, 0);
+  s.koff = i_.data();
+  s.roff = s.koff + kTileKeys;
+  s.voff = s.roff + kTileKeys;
+  s.kcoord = s.voff + kTileKeys;
+  s.vcoord = s.kcoord + 3 * kTileKeys;
+}
+
+}  // namespace openfia::internal

@@ -1,0 +1,78 @@
+// openfia internal: the engine's work plan and per-worker scratch.
+//
+// A work item is (batch b, KV head hk, query heads [g0, g1) of that KV head's group, logical
+// query rows [i0, i1), logical keys [j0, j1)). Its rows are the (head, query) pairs ordered
+// head-major: row r is head g0 + r / (i1 - i0), query i0 + r % (i1 - i0). Packing the GQA heads of
+// one KV head as rows lets every key/value byte be read once per group.
+//
+// The plan depends on the Problem only (never on the thread count), so split-KV boundaries and
+// every reduction order are fixed and results are bitwise independent of the number of workers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/problem.h"
+
+namespace openfia::internal {
+
+inline constexpr int64_t kTileKeys = 64;  // keys per KV tile (multiple of every SIMD width)
+inline constexpr int64_t kMaxRows = 128;  // rows per work item (head x query pairs)
+
+struct WorkItem {
+  int64_t b = 0, hk = 0;
+  int64_t g0 = 0, g1 = 0;  // query heads within the group
+  int64_t i0 = 0, i1 = 0;  // logical query rows
+  int64_t j0 = 0, j1 = 0;  // logical keys (a multiple of kTileKeys apart, except the last split)
+  int64_t split = 0;       // index among the splits of the same rows
+  int64_t n_split = 1;     // number of splits of these rows (1: no split-KV)
+  int64_t state0 = 0;      // first row of this item in the split workspace (n_split > 1)
+  int64_t rows() const { return (g1 - g0) * (i1 - i0); }
+};
+
+struct Plan {
+  std::vector<WorkItem> items;
+  int64_t state_rows = 0;  // rows of split workspace needed (sum over split items)
+};
+
+// Builds the work list of p (deterministic; depends on p only).
+Plan MakePlan(const Problem& p);
+
+// Per-worker buffers sized for the problem (allocated by the engine before the parallel loop;
+// kernels never allocate). Row pointers: where each key of the current tile lives.
+struct EngineScratch {
+  int64_t dk = 0;      // d_qk + d_rope
+  int64_t dk_pad = 0;  // dk rounded up to 16
+  int64_t dv_pad = 0;  // d_v rounded up to 16
+  float* q = nullptr;       // [kMaxRows, dk_pad] packed query rows (f32)
+  float* kt = nullptr;      // [dk, kTileKeys] packed key tile, transposed
+  float* v = nullptr;       // [kTileKeys, dv_pad] packed value tile
+  float* s = nullptr;       // [kMaxRows, kTileKeys] scores, then probabilities
+  float* tmp = nullptr;     // [kMaxRows + 2 * dv_pad + 64] per-row temporaries
+  uint8_t* vis = nullptr;   // [kMaxRows, kTileKeys] visibility of boundary tiles
+  const void** kbase = nullptr;  // [kTileKeys] storage base of each key (K)
+  int64_t* koff = nullptr;       // [kTileKeys] element offset of (row, d = 0) from kbase
+  const void** rbase = nullptr;  // K-rope
+  int64_t* roff = nullptr;
+  const void** vbase = nullptr;  // V
+  int64_t* voff = nullptr;
+  int64_t* kcoord = nullptr;     // [kTileKeys, 3] storage (b, h, s) of each key (dequant index)
+  int64_t* vcoord = nullptr;
+  uint8_t* kpre = nullptr;       // [kTileKeys] 1 when the key comes from the shared prefix
+};
+
+// Owns the memory of one EngineScratch.
+class ScratchBuffer {
+ public:
+  explicit ScratchBuffer(const Problem& p);
+  EngineScratch& get() { return s_; }
+
+ private:
+  std::vector<float> f_;
+  std::vector<int64_t> i_;
+  std::vector<const void*> ptr_;
+  std::vector<uint8_t> u8_;
+  EngineScratch s_;
+};
+
+}  // namespace openfia::internal

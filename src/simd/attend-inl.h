@@ -1,0 +1,520 @@
+// openfia internal: the generic flash-attention tile loop, compiled once per SIMD target.
+//
+// Included (without include guard, on purpose) inside namespace openfia::internal::<target> by
+// each per-ISA file after it defines `struct V`, the target's vector traits:
+//   kW lanes; T the register type; Zero, Set1, Load, Store (unaligned f32); Fma(a, b, c) = a*b+c,
+//   Mul, Add, Sub, Max; ReduceMax, ReduceSum; Exp; RoundBF16, RoundF16 (round each lane to the
+//   format, result as f32); LoadF16, LoadBF16 (kW elements -> f32); Transpose(T r[kW]).
+// The includer has already included <algorithm>, <cmath>, <cstring>, <limits>, common/problem.h,
+// engine/plan.h, simd/simd.h and simd/scalar_convert.h.
+//
+// Data flow of one work item (see engine/plan.h): pack its query rows once (f32, rope appended);
+// then per tile of kTileKeys keys: resolve every key's storage row once, pack K transposed
+// ([d][key], so the score kernel broadcasts one query element against kW keys) and V ([key][d]),
+// converting to f32 in registers; scores = Q * K^T (register-blocked FMA); online softmax in f32;
+// P rounded to the query dtype (SPEC 2.6); acc += P * V (register-blocked FMA). Tiles the band
+// proves empty are skipped; the band / bit mask is evaluated per element only on boundary tiles.
+
+#ifndef OPENFIA_ATTEND_ROWS
+#define OPENFIA_ATTEND_ROWS 4
+#define OPENFIA_ATTEND_COLS 4
+#endif
+// Register blocks live in registers only if the loops over R and C are fully unrolled.
+#define OPENFIA_UNROLL _Pragma("GCC unroll 32")
+constexpr int kRB = OPENFIA_ATTEND_ROWS;  // register block: rows
+constexpr int kCB = OPENFIA_ATTEND_COLS;  // register block: vectors of columns
+
+#ifndef OPENFIA_PREFETCH_TILES
+#define OPENFIA_PREFETCH_TILES 4
+#endif
+constexpr int W = V::kW;
+constexpr int64_t TN = kTileKeys;
+static_assert(TN % W == 0, "tile width must be a multiple of the vector width");
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+inline int64_t DOff(const Operand& o, int64_t d) {
+  return o.d_split > 0 ? (d / o.d_split) * o.sd_outer + (d % o.d_split) * o.sd : d * o.sd;
+}
+
+// True when W consecutive channels starting at a multiple of W are W consecutive elements.
+inline bool VecContiguous(const Operand& o) {
+  if (o.elem != Elem::kF32 && o.elem != Elem::kF16 && o.elem != Elem::kBF16) return false;
+  return o.sd == 1 && (o.d_split == 0 || o.d_split % W == 0);
+}
+
+// Channels [d0, d0 + W) of the row at element offset `off` of `base`, as f32.
+inline typename V::T LoadRow(const Operand& o, bool contig, const void* base, int64_t off,
+                             int64_t d0) {
+  if (contig) {
+    const int64_t e = off + DOff(o, d0);
+    switch (o.elem) {
+      case Elem::kF32: return V::Load(static_cast<const float*>(base) + e);
+      case Elem::kF16: return V::LoadF16(static_cast<const uint16_t*>(base) + e);
+      default: return V::LoadBF16(static_cast<const uint16_t*>(base) + e);
+    }
+  }
+  alignas(64) float t[W];
+  for (int i = 0; i < W; ++i) t[i] = cvt::Load(base, o.elem, off + DOff(o, d0 + i));
+  return V::Load(t);
+}
+
+// Where logical key j of batch b, KV head hk lives in `kv` (SEMANTICS 1.7 / 1.10).
+inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j,
+                       const void** base, int64_t* off, uint8_t* from_prefix) {
+  if (j < p.prefix_len) {
+    *base = kv.prefix.Base(0);
+    *off = kv.prefix.Offset(0, hk, j, 0);
+    *from_prefix = 1;
+    return;
+  }
+  const int64_t t = p.kv_begin[b] + j - p.prefix_len;
+  *from_prefix = 0;
+  if (p.paged) {
+    const int64_t blk = p.block_table[b * p.bt_stride + t / p.block_size];
+    *base = kv.cache.data;
+    *off = kv.cache.Offset(blk, hk, t % p.block_size, 0);
+  } else {
+    *base = kv.cache.Base(b);
+    *off = kv.cache.Offset(b, hk, t, 0);
+  }
+}
+
+// Prefetches the rows of keys [j0, j1) (row-contiguous storage only): decode streams K and V
+// from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
+// not follow across pages; asking one tile ahead keeps enough misses in flight.
+constexpr int64_t kPrefetchTiles = OPENFIA_PREFETCH_TILES;
+inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j0,
+                         int64_t j1, int64_t D) {
+  const Elem e = kv.cache.elem;
+  if (kv.cache.sd != 1 || kv.cache.d_split != 0 || e == Elem::kI4) return;
+  const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
+  const int64_t bytes = D * size;
+  for (int64_t j = std::max(j0, p.prefix_len); j < j1; ++j) {
+    const void* base;
+    int64_t off;
+    uint8_t pre;
+    ResolveKey(p, kv, b, hk, j, &base, &off, &pre);
+    const char* row = static_cast<const char*>(base) + off * size;
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
+    __builtin_prefetch(row + bytes - 1);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing
+
+// Typed loads of W elements at element index e of row pointer `row`.
+template <Elem E>
+inline typename V::T LoadAt(const void* row, int64_t e) {
+  if constexpr (E == Elem::kF32) return V::Load(static_cast<const float*>(row) + e);
+  else if constexpr (E == Elem::kF16) return V::LoadF16(static_cast<const uint16_t*>(row) + e);
+  else return V::LoadBF16(static_cast<const uint16_t*>(row) + e);
+}
+
+// The tile's keys all live in one vector-contiguous operand: row[n] points at channel 0 of key n
+// (typed element pointer) and doff[k] is the element offset of channel k * W.
+struct FastRows {
+  const void* row[TN];
+  int64_t doff[1024 / W + 1];
+  bool ok = false;
+};
+
+inline bool MakeFastRows(const KvOperand& kv, const void* const* base, const int64_t* off,
+                         const uint8_t* pre, int64_t nk, int64_t D, FastRows* f) {
+  const Operand& o = pre[0] ? kv.prefix : kv.cache;
+  if (!VecContiguous(o) || D / W > 1024 / W) return false;
+  for (int64_t n = 0; n < nk; ++n)
+    if (pre[n] != pre[0]) return false;
+  const int64_t size = o.elem == Elem::kF32 ? 4 : 2;
+  for (int64_t n = 0; n < nk; ++n) f->row[n] = static_cast<const char*>(base[n]) + off[n] * size;
+  for (int64_t k = 0; k * W < D; ++k) f->doff[k] = DOff(o, k * W);
+  return true;
+}
+
+template <Elem E>
+inline void PackKTFast(const FastRows& f, int64_t nk, int64_t D, int64_t row0, float* kt) {
+  const int64_t npad = (nk + W - 1) / W * W, dfull = D / W * W;
+  for (int64_t n0 = 0; n0 < npad; n0 += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, nk - n0));
+    for (int64_t d0 = 0; d0 < dfull; d0 += W) {
+      typename V::T r[W];
+      const int64_t e = f.doff[d0 / W];
+      if (m == W) {
+        OPENFIA_UNROLL
+        for (int i = 0; i < W; ++i) r[i] = LoadAt<E>(f.row[n0 + i], e);
+      } else {
+        for (int i = 0; i < W; ++i) r[i] = i < m ? LoadAt<E>(f.row[n0 + i], e) : V::Zero();
+      }
+      V::Transpose(r);
+      OPENFIA_UNROLL
+      for (int i = 0; i < W; ++i) V::Store(kt + (row0 + d0 + i) * TN + n0, r[i]);
+    }
+  }
+}
+
+// kt[(row0 + d) * TN + n] = channel d of key n, for d < D, n < round_up(nk, W) (zeros past nk).
+inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* off,
+                   const uint8_t* pre, int64_t nk, int64_t D, int64_t row0, float* kt,
+                   FastRows* fast) {
+  const int64_t npad = (nk + W - 1) / W * W;
+  const int64_t dfull = D / W * W;
+  if (MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+    switch ((pre[0] ? kv.prefix : kv.cache).elem) {
+      case Elem::kF32: PackKTFast<Elem::kF32>(*fast, nk, D, row0, kt); break;
+      case Elem::kF16: PackKTFast<Elem::kF16>(*fast, nk, D, row0, kt); break;
+      default: PackKTFast<Elem::kBF16>(*fast, nk, D, row0, kt); break;
+    }
+  } else {
+    const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
+    for (int64_t n0 = 0; n0 < npad; n0 += W) {
+      for (int64_t d0 = 0; d0 < dfull; d0 += W) {
+        typename V::T r[W];
+        for (int i = 0; i < W; ++i) {
+          const int64_t n = n0 + i;
+          if (n < nk) {
+            const Operand& o = pre[n] ? kv.prefix : kv.cache;
+            r[i] = LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0);
+          } else {
+            r[i] = V::Zero();
+          }
+        }
+        V::Transpose(r);
+        for (int i = 0; i < W; ++i) V::Store(kt + (row0 + d0 + i) * TN + n0, r[i]);
+      }
+    }
+  }
+  for (int64_t n0 = 0; n0 < npad; n0 += W) {
+    for (int64_t d = dfull; d < D; ++d) {
+      for (int64_t n = n0; n < n0 + W; ++n) {
+        float x = 0.f;
+        if (n < nk) {
+          const Operand& o = pre[n] ? kv.prefix : kv.cache;
+          x = cvt::Load(base[n], o.elem, off[n] + DOff(o, d));
+        }
+        kt[(row0 + d) * TN + n] = x;
+      }
+    }
+  }
+}
+
+template <Elem E>
+inline void PackVFast(const FastRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
+  for (int64_t n = 0; n < nk; ++n) {
+    float* dst = v + n * ld;
+    for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(dst + d0, LoadAt<E>(f.row[n], f.doff[d0 / W]));
+  }
+}
+
+// v[n * ld + d] = channel d of value n for n < nk, d < ld (zeros past D).
+inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* off,
+                  const uint8_t* pre, int64_t nk, int64_t D, int64_t ld, float* v,
+                  FastRows* fast) {
+  const int64_t dfull = D / W * W;
+  if (MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+    switch ((pre[0] ? kv.prefix : kv.cache).elem) {
+      case Elem::kF32: PackVFast<Elem::kF32>(*fast, nk, dfull, ld, v); break;
+      case Elem::kF16: PackVFast<Elem::kF16>(*fast, nk, dfull, ld, v); break;
+      default: PackVFast<Elem::kBF16>(*fast, nk, dfull, ld, v); break;
+    }
+  } else {
+    const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
+    for (int64_t n = 0; n < nk; ++n) {
+      const Operand& o = pre[n] ? kv.prefix : kv.cache;
+      for (int64_t d0 = 0; d0 < dfull; d0 += W)
+        V::Store(v + n * ld + d0, LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0));
+    }
+  }
+  for (int64_t n = 0; n < nk; ++n) {
+    const Operand& o = pre[n] ? kv.prefix : kv.cache;
+    float* dst = v + n * ld;
+    for (int64_t d = dfull; d < D; ++d) dst[d] = cvt::Load(base[n], o.elem, off[n] + DOff(o, d));
+    for (int64_t d = D; d < ld; ++d) dst[d] = 0.f;
+  }
+}
+
+// True when a packed value is not finite (then masked cells must be skipped, not multiplied by
+// P = 0). Checked on boundary tiles only: elsewhere every cell is visible and NaN must propagate.
+inline bool AnyNonFinite(const float* v, int64_t nk, int64_t ld) {
+  typename V::T bad = V::Zero();  // x - x is 0 for finite x and NaN otherwise
+  for (int64_t i = 0; i < nk * ld; i += W) {
+    const typename V::T x = V::Load(v + i);
+    bad = V::Add(bad, V::Sub(x, x));
+  }
+  return V::ReduceSum(bad) != 0.f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Micro-kernels
+
+
+// s[r * TN + c] = sum_d q[r * ldq + d] * kt[d * TN + c], for R rows and C vectors of keys.
+template <int R, int C>
+inline void ScoreBlock(const float* q, int64_t ldq, const float* kt, int64_t D, float* s) {
+  typename V::T acc[R][C];
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) acc[r][c] = V::Zero();
+  for (int64_t d = 0; d < D; ++d) {
+    typename V::T k[C];
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) k[c] = V::Load(kt + d * TN + c * W);
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const typename V::T qb = V::Set1(q[r * ldq + d]);
+      OPENFIA_UNROLL
+      for (int c = 0; c < C; ++c) acc[r][c] = V::Fma(qb, k[c], acc[r][c]);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) V::Store(s + r * TN + c * W, acc[r][c]);
+}
+
+template <int R>
+inline void ScoreRows(const float* q, int64_t ldq, const float* kt, int64_t D, int64_t npad,
+                      float* s) {
+  int64_t c0 = 0;
+  for (; c0 + kCB * W <= npad; c0 += kCB * W) ScoreBlock<R, kCB>(q, ldq, kt + c0, D, s + c0);
+  for (; c0 < npad; c0 += W) ScoreBlock<R, 1>(q, ldq, kt + c0, D, s + c0);
+}
+
+template <int R>
+inline void ScoreTail(int64_t rem, const float* q, int64_t ldq, const float* kt, int64_t D,
+                      int64_t npad, float* s) {
+  if constexpr (R > 0) {
+    if (rem == R) return ScoreRows<R>(q, ldq, kt, D, npad, s);
+    ScoreTail<R - 1>(rem, q, ldq, kt, D, npad, s);
+  }
+}
+
+inline void Scores(const float* q, int64_t ldq, int64_t rows, const float* kt, int64_t D,
+                   int64_t npad, float* s) {
+  int64_t r0 = 0;
+  for (; r0 + kRB <= rows; r0 += kRB) ScoreRows<kRB>(q + r0 * ldq, ldq, kt, D, npad, s + r0 * TN);
+  ScoreTail<kRB - 1>(rows - r0, q + r0 * ldq, ldq, kt, D, npad, s + r0 * TN);
+}
+
+// acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * v[n * ldv + c], R rows, C vectors of channels.
+template <int R, int C>
+inline void PvBlock(const float* p, const float* v, int64_t ldv, int64_t nk, float* acc,
+                    int64_t lda) {
+  typename V::T a[R][C];
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) a[r][c] = V::Load(acc + r * lda + c * W);
+  for (int64_t n = 0; n < nk; ++n) {
+    typename V::T x[C];
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) x[c] = V::Load(v + n * ldv + c * W);
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const typename V::T pb = V::Set1(p[r * TN + n]);
+      OPENFIA_UNROLL
+      for (int c = 0; c < C; ++c) a[r][c] = V::Fma(pb, x[c], a[r][c]);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) V::Store(acc + r * lda + c * W, a[r][c]);
+}
+
+template <int R>
+inline void PvRows(const float* p, const float* v, int64_t ldv, int64_t nk, float* acc,
+                   int64_t lda) {
+  int64_t c0 = 0;
+  for (; c0 + kCB * W <= ldv; c0 += kCB * W) PvBlock<R, kCB>(p, v + c0, ldv, nk, acc + c0, lda);
+  for (; c0 < ldv; c0 += W) PvBlock<R, 1>(p, v + c0, ldv, nk, acc + c0, lda);
+}
+
+template <int R>
+inline void PvTail(int64_t rem, const float* p, const float* v, int64_t ldv, int64_t nk,
+                   float* acc, int64_t lda) {
+  if constexpr (R > 0) {
+    if (rem == R) return PvRows<R>(p, v, ldv, nk, acc, lda);
+    PvTail<R - 1>(rem, p, v, ldv, nk, acc, lda);
+  }
+}
+
+inline void Pv(const float* p, int64_t rows, const float* v, int64_t ldv, int64_t nk, float* acc,
+               int64_t lda) {
+  int64_t r0 = 0;
+  for (; r0 + kRB <= rows; r0 += kRB) PvRows<kRB>(p + r0 * TN, v, ldv, nk, acc + r0 * lda, lda);
+  PvTail<kRB - 1>(rows - r0, p + r0 * TN, v, ldv, nk, acc + r0 * lda, lda);
+}
+
+// Boundary tile with non-finite values: a masked cell must contribute nothing (not 0 * NaN).
+inline void PvMasked(const float* p, int64_t rows, const uint8_t* vis, int64_t nq, const float* v,
+                     int64_t ldv, int64_t nk, float* acc, int64_t lda) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* vr = vis + (r % nq) * TN;
+    for (int64_t n = 0; n < nk; ++n) {
+      if (!vr[n]) continue;
+      const typename V::T pb = V::Set1(p[r * TN + n]);
+      for (int64_t c = 0; c < ldv; c += W)
+        V::Store(acc + r * lda + c,
+                 V::Fma(pb, V::Load(v + n * ldv + c), V::Load(acc + r * lda + c)));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tile loop
+
+inline float ExpScalar(float x) {
+  alignas(64) float t[W];
+  V::Store(t, V::Exp(V::Set1(x)));
+  return t[0];
+}
+
+inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                       const RowStates& out) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
+  const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
+  const float scale = static_cast<float>(p.scale);
+  const Elem pe = p.q.elem;  // P is rounded to the query dtype before P * V (SPEC 2.6)
+  // Hand-built problems may leave unused per-batch vectors empty: no band, zero origins.
+  const auto at = [b](const std::vector<int64_t>& v, int64_t absent) {
+    return v.empty() ? absent : v[b];
+  };
+  const int64_t pre = at(p.band_pre, Problem::kNoBand), next = at(p.band_next, Problem::kNoBand);
+  const int64_t mask_row0 = at(p.mask_row0, 0), mask_col0 = at(p.mask_col0, 0);
+  const int64_t pse_row0 = at(p.pse_row0, 0), pse_col0 = at(p.pse_col0, 0);
+
+  for (int64_t r = 0; r < rows; ++r) {
+    out.m[r] = kNegInf;
+    out.l[r] = 0.f;
+    float* a = out.acc + r * out.acc_stride;
+    for (int64_t d = 0; d < ldv; ++d) a[d] = 0.f;
+  }
+  if (w.j0 >= w.j1) return;
+
+  // Query rows, rope appended, as f32.
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+    float* dst = sc.q + r * ldq;
+    const void* qb = p.q.Base(b);
+    const int64_t qo = p.q.Offset(b, h, row, 0);
+    for (int64_t d = 0; d < p.d_qk; ++d) dst[d] = cvt::Load(qb, p.q.elem, qo + DOff(p.q, d));
+    if (p.d_rope > 0) {
+      const void* rb = p.q_rope.Base(b);
+      const int64_t ro = p.q_rope.Offset(b, h, row, 0);
+      for (int64_t d = 0; d < p.d_rope; ++d)
+        dst[p.d_qk + d] = cvt::Load(rb, p.q_rope.elem, ro + DOff(p.q_rope, d));
+    }
+  }
+
+  FastRows fast;
+  const int64_t tile0 = w.j0 / TN * TN;
+  for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
+    const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
+    // Some row i in [i0, i1) sees some key in [jt0, jt1) iff i - pre <= jt1 - 1 and jt0 <= i + next.
+    if (std::max(w.i0, jt0 - next) > std::min(w.i1 - 1, jt1 - 1 + pre)) continue;
+    const bool full = p.mask == nullptr && (w.i1 - 1) - pre <= jt0 && jt1 - 1 <= w.i0 + next;
+    const int64_t npad = (nk + W - 1) / W * W;
+
+    {  // keep kPrefetchTiles tiles of K and V in flight ahead of the one being packed
+      const int64_t pf0 = t0 == tile0 ? jt1 : std::min(w.j1, t0 + kPrefetchTiles * TN);
+      const int64_t pf1 = std::min(w.j1, t0 + (kPrefetchTiles + 1) * TN);
+      if (pf0 < pf1) {
+        PrefetchKeys(p, p.k, b, w.hk, pf0, pf1, p.d_qk);
+        PrefetchKeys(p, p.v, b, w.hk, pf0, pf1, Dv);
+      }
+    }
+    for (int64_t n = 0; n < nk; ++n) {
+      ResolveKey(p, p.k, b, w.hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n]);
+      ResolveKey(p, p.v, b, w.hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n]);
+      if (p.d_rope > 0)
+        ResolveKey(p, p.k_rope, b, w.hk, jt0 + n, &sc.rbase[n], &sc.roff[n], &sc.kpre[n]);
+    }
+    PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast);
+    if (p.d_rope > 0)
+      PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast);
+    PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast);
+    const bool v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
+
+    Scores(sc.q, ldq, rows, sc.kt, D, npad, sc.s);
+
+    if (!full) {  // element visibility of the boundary tile, shared by the heads of a query
+      for (int64_t qi = 0; qi < nq; ++qi) {
+        const int64_t i = w.i0 + qi;
+        uint8_t* vr = sc.vis + qi * TN;
+        const uint8_t* mrow =
+            p.mask ? p.mask + b * p.mask_sb + (mask_row0 + i) * p.mask_ss : nullptr;
+        for (int64_t n = 0; n < nk; ++n) {
+          const int64_t j = jt0 + n;
+          bool ok = j >= i - pre && j <= i + next;
+          if (ok && mrow) ok = mrow[(mask_col0 + j) * p.mask_sk] == 0;
+          vr[n] = ok;
+        }
+      }
+    }
+
+    const typename V::T vscale = V::Set1(scale);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* s = sc.s + r * TN;
+      for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
+      if (p.pse) {
+        const int64_t h = w.hk * G + w.g0 + r / nq, i = w.i0 + r % nq;
+        const int64_t po = b * p.pse_sb + h * p.pse_sh + (pse_row0 + i) * p.pse_ss +
+                           (pse_col0 + jt0) * p.pse_sk;
+        for (int64_t n = 0; n < nk; ++n) s[n] += cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
+      }
+      if (!full) {
+        const uint8_t* vr = sc.vis + (r % nq) * TN;
+        for (int64_t n = 0; n < nk; ++n)
+          if (!vr[n]) s[n] = kNegInf;
+      }
+      for (int64_t n = nk; n < npad; ++n) s[n] = kNegInf;
+
+      typename V::T vm = V::Set1(kNegInf);
+      for (int64_t n = 0; n < npad; n += W) vm = V::Max(vm, V::Load(s + n));
+      const float m_old = out.m[r];
+      const float m_new = std::max(m_old, V::ReduceMax(vm));
+      if (m_new == kNegInf) {  // nothing visible yet: P = 0 (PvMasked skips it when it matters)
+        for (int64_t n = 0; n < npad; ++n) s[n] = 0.f;
+        continue;
+      }
+      const typename V::T vmn = V::Set1(m_new);
+      typename V::T vsum = V::Zero();
+      for (int64_t n = 0; n < npad; n += W) {
+        typename V::T e = V::Exp(V::Sub(V::Load(s + n), vmn));
+        vsum = V::Add(vsum, e);
+        if (pe == Elem::kBF16) e = V::RoundBF16(e);
+        else if (pe == Elem::kF16) e = V::RoundF16(e);
+        V::Store(s + n, e);
+      }
+      const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
+      out.l[r] = out.l[r] * alpha + V::ReduceSum(vsum);
+      out.m[r] = m_new;
+      if (alpha != 1.f) {
+        float* a = out.acc + r * out.acc_stride;
+        const typename V::T va = V::Set1(alpha);
+        for (int64_t d = 0; d < ldv; d += W) V::Store(a + d, V::Mul(V::Load(a + d), va));
+      }
+    }
+
+    if (!full && v_bad) {
+      PvMasked(sc.s, rows, sc.vis, nq, sc.v, ldv, nk, out.acc, out.acc_stride);
+    } else {
+      Pv(sc.s, rows, sc.v, ldv, nk, out.acc, out.acc_stride);
+    }
+  }
+}
+
+inline void ExpArray(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) V::Store(y + i, V::Exp(V::Load(x + i)));
+  for (; i < n; ++i) {
+    alignas(64) float t[W] = {};
+    t[0] = x[i];
+    V::Store(t, V::Exp(V::Load(t)));
+    y[i] = t[0];
+  }
+}

@@ -1,0 +1,78 @@
+// openfia: run-time choice of the SIMD target (CPU features, capped by SetSimdCap/OPENFIA_SIMD).
+#include <string>
+
+#include "common/check.h"
+#include "common/runtime_internal.h"
+#include "openfia/runtime.h"
+#include "simd/simd.h"
+
+namespace openfia::internal {
+namespace {
+
+// Targets in increasing order; a cap admits every target up to and including it. Targets with no
+// kernels of their own (avx512bf16, avx512fp16) run the best table below them.
+constexpr const char* kOrder[] = {"scalar", "avx2", "avx512", "avx512bf16", "avx512fp16"};
+constexpr int kNumTargets = 5;
+
+bool CpuHas(int t) {
+#if defined(__x86_64__) || defined(_M_X64)
+  switch (t) {
+    case 0: return true;
+    case 1: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case 2:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case 3: return CpuHas(2) && __builtin_cpu_supports("avx512bf16");
+    case 4: return CpuHas(3) && __builtin_cpu_supports("avx512fp16");
+  }
+  return false;
+#else
+  return t == 0;
+#endif
+}
+
+const KernelTable* Table(int t) {
+  switch (t) {
+    case 0: return ScalarKernels();
+    case 1: return Avx2Kernels();
+    case 2: return Avx512Kernels();
+    default: return nullptr;
+  }
+}
+
+int CapIndex() {
+  const std::string cap = SimdCap();
+  if (cap.empty() || cap == "best") return kNumTargets - 1;
+  for (int t = 0; t < kNumTargets; ++t)
+    if (cap == kOrder[t]) return t;
+  // An ARM target name on x86 (or any name this build does not know) caps to scalar only when it
+  // is a known architecture-neutral word; anything else is a user error.
+  OPENFIA_CHECK(cap == "neon" || cap == "sve", "OPENFIA_SIMD / SetSimdCap",
+                "must be one of scalar, avx2, avx512, avx512bf16, avx512fp16, neon, sve, best",
+                cap);
+  return 0;
+}
+
+}  // namespace
+
+const KernelTable& ActiveKernels() {
+  const int cap = CapIndex();
+  for (int t = cap; t > 0; --t) {
+    const KernelTable* k = Table(t);
+    if (k && CpuHas(t)) return *k;
+  }
+  return *ScalarKernels();
+}
+
+const KernelTable* KernelsFor(const std::string& target) {
+  for (int t = 0; t < kNumTargets; ++t) {
+    if (target == kOrder[t]) return CpuHas(t) ? Table(t) : nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace openfia::internal
+
+namespace openfia {
+std::string SimdTarget() { return internal::ActiveKernels().name; }
+}  // namespace openfia

@@ -1,0 +1,42 @@
+// openfia: the AVX-512 (F, BW, VL, DQ) target: 16 f32 lanes, F16C conversions.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdlib>
+#include <limits>
+
+#include "common/problem.h"
+#include "engine/plan.h"
+#include "simd/scalar_convert.h"
+#include "simd/simd.h"
+
+#if defined(OPENFIA_HAVE_AVX512)
+// GCC 12 flags the _mm512_undefined_* idiom inside its own intrinsic headers.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+namespace openfia::internal::avx512_target {
+
+#include "simd/vec_avx512-inl.h"
+
+struct V : Avx512Vec {};
+
+#define OPENFIA_ATTEND_ROWS 6
+#define OPENFIA_ATTEND_COLS 4
+#include "simd/attend-inl.h"
+#undef OPENFIA_ATTEND_ROWS
+#undef OPENFIA_ATTEND_COLS
+
+const KernelTable kTable = {"avx512", &ExpArray, &AttendImpl};
+
+}  // namespace openfia::internal::avx512_target
+
+namespace openfia::internal {
+const KernelTable* Avx512Kernels() { return &avx512_target::kTable; }
+}  // namespace openfia::internal
+#else
+namespace openfia::internal {
+const KernelTable* Avx512Kernels() { return nullptr; }
+}  // namespace openfia::internal
+#endif

@@ -1,0 +1,45 @@
+// openfia: the scalar target (always built; the reference point every SIMD target must match
+// within the accuracy contract).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/problem.h"
+#include "engine/plan.h"
+#include "simd/scalar_convert.h"
+#include "simd/simd.h"
+
+namespace openfia::internal::scalar_target {
+
+struct V {
+  static constexpr int kW = 1;
+  using T = float;
+  static T Zero() { return 0.f; }
+  static T Set1(float x) { return x; }
+  static T Load(const float* p) { return *p; }
+  static void Store(float* p, T x) { *p = x; }
+  static T Fma(T a, T b, T c) { return a * b + c; }  // baseline x86-64 has no FMA instruction
+  static T Mul(T a, T b) { return a * b; }
+  static T Add(T a, T b) { return a + b; }
+  static T Sub(T a, T b) { return a - b; }
+  static T Max(T a, T b) { return std::isnan(b) ? b : (a < b ? b : a); }
+  static float ReduceMax(T a) { return a; }
+  static float ReduceSum(T a) { return a; }
+  static T Exp(T a) { return std::exp(a); }
+  static T RoundBF16(T a) { return cvt::BF16ToF32(cvt::F32ToBF16(a)); }
+  static T RoundF16(T a) { return cvt::F16ToF32(cvt::F32ToF16(a)); }
+  static T LoadF16(const uint16_t* p) { return cvt::F16ToF32(*p); }
+  static T LoadBF16(const uint16_t* p) { return cvt::BF16ToF32(*p); }
+  static void Transpose(T*) {}
+};
+
+#include "simd/attend-inl.h"
+
+const KernelTable kTable = {"scalar", &ExpArray, &AttendImpl};
+
+}  // namespace openfia::internal::scalar_target
+
+namespace openfia::internal {
+const KernelTable* ScalarKernels() { return &scalar_target::kTable; }
+}  // namespace openfia::internal

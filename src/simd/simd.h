@@ -1,0 +1,45 @@
+// openfia internal: the per-ISA kernel tables and run-time target selection.
+//
+// Each target (scalar, avx2, avx512, avx512bf16) compiles the same generic kernels
+// (attend-inl.h) with its own vector type; dispatch picks the best table the CPU supports,
+// capped by openfia::SetSimdCap / OPENFIA_SIMD.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/problem.h"
+
+namespace openfia::internal {
+
+struct WorkItem;
+struct EngineScratch;
+
+// Per-row result of attending a work item's rows to its key range: m (running max, -inf when no
+// key was visible), l (sum of exp(s - m) over visible keys) and acc[d] (sum of round(P) * V).
+struct RowStates {
+  float* m;    // [rows]
+  float* l;    // [rows]
+  float* acc;  // [rows, acc_stride]
+  int64_t acc_stride;
+};
+
+struct KernelTable {
+  const char* name;
+  // y[i] = exp(x[i]) as the softmax computes it (tests measure its ulp error).
+  void (*exp)(const float* x, float* y, int64_t n);
+  // Attends the rows of `w` to its keys; see RowStates. Never allocates, never throws.
+  void (*attend)(const Problem& p, const WorkItem& w, EngineScratch& s, const RowStates& out);
+};
+
+// Tables of the targets compiled into this build (nullptr when a target was not compiled).
+const KernelTable* ScalarKernels();
+const KernelTable* Avx2Kernels();
+const KernelTable* Avx512Kernels();
+
+// The best table allowed by the CPU and the cap (throws openfia::Error for an unknown cap).
+const KernelTable& ActiveKernels();
+// Table of a named target if it is compiled and the CPU runs it, else nullptr (for tests).
+const KernelTable* KernelsFor(const std::string& target);
+
+}  // namespace openfia::internal

@@ -1,0 +1,93 @@
+// openfia internal: AVX-512 vector traits shared by the avx512* targets. Included (no include
+// guard) inside each target's own namespace, so every target has its own copy of the inline
+// functions, compiled with its flags (no ODR mixing across ISAs), after <immintrin.h>.
+
+struct Avx512Vec {
+  static constexpr int kW = 16;
+  using T = __m512;
+  static T Zero() { return _mm512_setzero_ps(); }
+  static T Set1(float x) { return _mm512_set1_ps(x); }
+  static T Load(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, T x) { _mm512_storeu_ps(p, x); }
+  static T Fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+  static T Mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static T Add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T Sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static T Max(T a, T b) { return _mm512_max_ps(a, b); }
+  static float ReduceMax(T a) { return _mm512_reduce_max_ps(a); }
+  static float ReduceSum(T a) { return _mm512_reduce_add_ps(a); }
+
+  // exp(x): x = n ln2 + r, |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (truncation
+  // < 0.1 ulp), 2^n applied in two halves so results down to the subnormal range stay exact.
+  static T Exp(T x) {
+    // max(lo, x) keeps a NaN x (the second operand wins), min(hi, .) likewise.
+    x = _mm512_min_ps(_mm512_set1_ps(88.8f), _mm512_max_ps(_mm512_set1_ps(-104.f), x));
+    const T n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    T r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    T p = _mm512_set1_ps(1.f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+    const __m512i ni = _mm512_cvtps_epi32(n);
+    const __m512i n1 = _mm512_srai_epi32(ni, 1);
+    const __m512i n2 = _mm512_sub_epi32(ni, n1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    const T s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+    const T s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+    return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+  }
+
+  static T RoundBF16(T a) {
+    const __m512i u = _mm512_castps_si512(a);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+    r = _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    // NaN stays NaN: keep the input where it is NaN.
+    const __mmask16 nan = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    return _mm512_mask_blend_ps(nan, _mm512_castsi512_ps(r), a);
+  }
+  static T RoundF16(T a) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static T LoadF16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static T LoadBF16(const uint16_t* p) {
+    const __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+  }
+
+  // 16x16 transpose: unpack ps, unpack pd, then two rounds of 128-bit lane shuffles.
+  __attribute__((always_inline)) static inline void Transpose(T* r) {
+    T t[16], u[16];
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // Group g (rows 4g..4g+3): u[4g + k] holds, in 128-bit lane L, rows 4g..4g+3 of column 4L+k.
+    for (int g = 0; g < 4; ++g) {
+      const __m512d t0 = _mm512_castps_pd(t[4 * g]), t1 = _mm512_castps_pd(t[4 * g + 1]);
+      const __m512d t2 = _mm512_castps_pd(t[4 * g + 2]), t3 = _mm512_castps_pd(t[4 * g + 3]);
+      u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+      u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+      u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+      u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+    }
+    for (int k = 0; k < 4; ++k) {
+      const T v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x44);
+      const T w0 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x44);
+      const T v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xEE);
+      const T w1 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xEE);
+      r[k] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+      r[4 + k] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+      r[8 + k] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+      r[12 + k] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+    }
+  }
+};

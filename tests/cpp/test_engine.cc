@@ -1,0 +1,347 @@
+// Engine vs the fp64 oracle on hand-built Problems, under every SIMD target this CPU runs and
+// 1, 2, 3 threads (which must agree bitwise).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine_case.h"
+#include "openfia/runtime.h"
+#include "reference/reference.h"
+#include "simd/simd.h"
+
+namespace openfia::internal::testing {
+namespace {
+
+double Eps(Elem e) {
+  switch (e) {
+    case Elem::kF16: return std::ldexp(1.0, -10);
+    case Elem::kBF16: return std::ldexp(1.0, -7);
+    case Elem::kI8: return 1.0;
+    default: return std::ldexp(1.0, -23);
+  }
+}
+
+// Restores the process-wide settings a test changes.
+struct SettingsGuard {
+  ~SettingsGuard() {
+    SetSimdCap("");
+    SetNumThreads(2);
+  }
+};
+
+std::vector<std::string> Targets() {
+  std::vector<std::string> t;
+  for (const char* name : {"scalar", "avx2", "avx512"})
+    if (KernelsFor(name)) t.push_back(name);
+  return t;
+}
+
+void Compare(Case& c, const std::vector<uint8_t>& ref_out, const std::vector<float>& ref_lse,
+             const std::string& what) {
+  const Problem& p = c.problem();
+  const CaseSpec& s = c.spec();
+  const double u32 = std::ldexp(1.0, -24);
+  const int64_t D = p.d_qk + p.d_rope;
+  int64_t kvmax = 0;
+  for (int64_t b = 0; b < p.batch; ++b) kvmax = std::max(kvmax, p.kv_total(b));
+  // Score error of an fp32 dot product of length D (|q|, |k| <= amp): D * u * D * amp^2 * scale.
+  const double ds = D * u32 * D * s.amp * s.amp * s.scale;
+  const double vmax = c.max_abs_v();
+  const double eps_p = p.q.elem == Elem::kF32 ? u32 : Eps(p.q.elem);
+  const double atol_x = vmax * (eps_p + 2.5 * ds + 2 * (kvmax + 16) * u32);
+  const double lse_tol = ds + 2 * (kvmax + 16) * u32;
+  const Elem oe = p.out_elem;
+  int bad = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.h_q; ++h) {
+      for (int64_t row = 0; row < p.s_q; ++row) {
+        for (int64_t d = 0; d < p.d_v; ++d) {
+          const int64_t o = b * p.out_sb + h * p.out_sh + row * p.out_ss + d * p.out_sd;
+          const double got = cvt::Load(c.out(), oe, o), want = cvt::Load(ref_out.data(), oe, o);
+          bool ok;
+          if (std::isnan(want) || std::isnan(got)) {
+            ok = std::isnan(want) && std::isnan(got);
+          } else if (oe == Elem::kI8) {
+            const int64_t c2 = h * p.d_v + d;
+            const double qs = p.quant_scale2.size() == 1 ? p.quant_scale2[0] : p.quant_scale2[c2];
+            ok = std::fabs(got - want) <= 1 + std::ceil(qs * atol_x);
+          } else {
+            ok = std::fabs(got - want) <= atol_x + Eps(oe) * std::fabs(want);
+          }
+          if (!ok && bad++ < 5)
+            ADD_FAILURE() << what << ": out(b=" << b << ", h=" << h << ", row=" << row
+                          << ", d=" << d << ") = " << got << ", want " << want
+                          << " (atol " << atol_x << ")";
+        }
+        if (p.lse) {
+          const int64_t li = b * p.lse_sb + h * p.lse_sh + row * p.lse_ss;
+          const double got = c.lse()[li], want = ref_lse[li];
+          bool ok;
+          if (std::isnan(want) || std::isinf(want)) {
+            ok = std::isnan(want) ? std::isnan(got) : got == want;
+          } else {
+            ok = std::fabs(got - want) <= lse_tol + 2 * u32 * std::fabs(want);
+          }
+          if (!ok && bad++ < 5)
+            ADD_FAILURE() << what << ": lse(b=" << b << ", h=" << h << ", row=" << row
+                          << ") = " << got << ", want " << want;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+void RunCase(const CaseSpec& spec) {
+  SettingsGuard guard;
+  Case c(spec);
+  std::string why;
+  ASSERT_TRUE(EngineSupports(c.problem(), &why)) << why;
+  // The fp64 reference is the contract; the test's own oracle is a second, independent opinion.
+  c.ResetOutputs();
+  RunReference(c.problem());
+  const std::vector<uint8_t> ref_out(c.out(), c.out() + c.out_bytes());
+  const std::vector<float> ref_lse = c.lse();
+  c.ResetOutputs();
+  Oracle(c.problem());
+  const std::vector<uint8_t> oracle_out(c.out(), c.out() + c.out_bytes());
+  const std::vector<float> oracle_lse = c.lse();
+  for (const std::string& target : Targets()) {
+    SetSimdCap(target);
+    ASSERT_EQ(SimdTarget(), target);
+    std::vector<uint8_t> first_out;
+    std::vector<float> first_lse;
+    for (int threads : {1, 2, 3}) {
+      SetNumThreads(threads);
+      c.ResetOutputs();
+      RunEngine(c.problem());
+      const std::string what = target + " x" + std::to_string(threads);
+      if (threads == 1) {
+        Compare(c, ref_out, ref_lse, what + " vs reference");
+        Compare(c, oracle_out, oracle_lse, what + " vs oracle");
+        first_out.assign(c.out(), c.out() + c.out_bytes());
+        first_lse = c.lse();
+      } else {
+        EXPECT_EQ(0, std::memcmp(first_out.data(), c.out(), c.out_bytes())) << what;
+        EXPECT_EQ(0, std::memcmp(first_lse.data(), c.lse().data(), first_lse.size() * 4))
+            << what;
+      }
+    }
+  }
+}
+
+constexpr int64_t kNo = Problem::kNoBand;
+
+TEST(Engine, Bf16Basic) {
+  CaseSpec s;
+  s.batch = 2;
+  s.q_len = {3, 17};
+  s.kv_len = {17, 61};
+  RunCase(s);
+}
+
+TEST(Engine, DtypesF16F32) {
+  for (Elem e : {Elem::kF16, Elem::kF32}) {
+    CaseSpec s;
+    s.qe = s.oe = e;
+    s.batch = 2;
+    s.q_len = {5, 1};
+    s.kv_len = {113, 70};
+    s.d_qk = 32;
+    s.d_v = 48;
+    RunCase(s);
+  }
+}
+
+TEST(Engine, OddHeadDimsAndGqa) {
+  CaseSpec s;
+  s.h_q = 8;
+  s.h_kv = 1;
+  s.d_qk = 61;
+  s.d_v = 17;
+  s.q_len = {13};
+  s.kv_len = {113};
+  s.oe = Elem::kF32;
+  RunCase(s);
+}
+
+TEST(Engine, LargeGroupSplitsHeads) {
+  CaseSpec s;
+  s.h_q = 130;  // more query heads per KV head than rows in a work item
+  s.h_kv = 1;
+  s.d_qk = 16;
+  s.d_v = 16;
+  s.q_len = {2};
+  s.kv_len = {65};
+  RunCase(s);
+}
+
+TEST(Engine, PagedOddBlocks) {
+  for (int64_t bs : {5, 16, 128}) {
+    CaseSpec s;
+    s.batch = 3;
+    s.block = bs;
+    s.q_len = {1, 7, 3};
+    s.kv_len = {61, 130, 1};
+    s.causal_br = true;
+    RunCase(s);
+  }
+}
+
+TEST(Engine, PagedNz) {
+  CaseSpec s;
+  s.batch = 2;
+  s.block = 16;
+  s.nz = true;
+  s.d_qk = 32;
+  s.d_v = 32;
+  s.q_len = {1, 4};
+  s.kv_len = {100, 33};
+  RunCase(s);
+}
+
+TEST(Engine, PrefixThenCache) {
+  CaseSpec s;
+  s.batch = 2;
+  s.prefix = 7;
+  s.q_len = {4, 9};
+  s.kv_len = {0, 70};
+  s.causal_br = true;
+  RunCase(s);
+}
+
+TEST(Engine, TensorList) {
+  CaseSpec s;
+  s.batch = 3;
+  s.tensor_list = true;
+  s.q_len = {2, 1, 3};
+  s.kv_len = {9, 77, 30};
+  RunCase(s);
+}
+
+TEST(Engine, BandsWithEmptyRows) {
+  // next < 0: the first rows see nothing (output 0, lse +inf); later keys are seen by no row.
+  CaseSpec s;
+  s.batch = 2;
+  s.q_len = {40, 17};
+  s.kv_len = {90, 17};
+  s.pre = 9;
+  s.next = -5;
+  RunCase(s);
+  s.pre = kNo;
+  s.next = 0;
+  s.q_len = {70};
+  s.kv_len = {70};
+  s.batch = 1;
+  RunCase(s);
+}
+
+TEST(Engine, BitMaskNaNNeverLeaks) {
+  CaseSpec s;
+  s.batch = 2;
+  s.q_len = {17, 3};
+  s.kv_len = {113, 40};
+  s.mask = true;
+  s.pre = 50;
+  s.next = 10;
+  RunCase(s);
+}
+
+TEST(Engine, PseSinksLse) {
+  for (Elem pe : {Elem::kF32, Elem::kBF16}) {
+    CaseSpec s;
+    s.batch = 2;
+    s.h_q = 4;
+    s.h_kv = 4;
+    s.q_len = {6, 2};
+    s.kv_len = {70, 5};
+    s.pse = pe;
+    s.sinks = true;
+    s.causal_br = true;
+    RunCase(s);
+  }
+}
+
+TEST(Engine, PostQuantInt8) {
+  for (bool per_channel : {false, true}) {
+    CaseSpec s;
+    s.oe = Elem::kI8;
+    s.per_channel_quant = per_channel;
+    s.batch = 2;
+    s.q_len = {5, 3};
+    s.kv_len = {66, 9};
+    s.pre = 3;
+    s.next = -2;  // rows 0 and 1 see nothing: quantized zero
+    RunCase(s);
+  }
+}
+
+TEST(Engine, RopeConcat) {
+  CaseSpec s;
+  s.h_q = 16;
+  s.h_kv = 1;
+  s.d_qk = 32;
+  s.d_rope = 16;
+  s.d_v = 32;
+  s.block = 16;
+  s.q_len = {2};
+  s.kv_len = {80};
+  RunCase(s);
+}
+
+TEST(Engine, EmptyBatches) {
+  CaseSpec s;
+  s.batch = 3;
+  s.q_len = {0, 3, 2};
+  s.kv_len = {5, 0, 7};
+  s.sinks = true;
+  RunCase(s);
+}
+
+TEST(Engine, SplitKvDecode) {
+  for (Elem e : {Elem::kBF16, Elem::kF16}) {
+    CaseSpec s;
+    s.qe = s.oe = e;
+    s.h_q = 8;
+    s.h_kv = 2;
+    s.d_qk = 64;
+    s.d_v = 64;
+    s.block = 64;
+    s.batch = 2;
+    s.q_len = {1};
+    s.kv_len = {3001, 1500};
+    s.sinks = e == Elem::kF16;
+    RunCase(s);
+  }
+}
+
+TEST(Engine, LargeScoresStayFinite) {
+  CaseSpec s;
+  s.amp = 6.f;  // scores up to ~ 6*6*32*0.25: exp needs the running-max rescale
+  s.d_qk = 32;
+  s.d_v = 32;
+  s.q_len = {9};
+  s.kv_len = {200};
+  s.oe = Elem::kF32;
+  RunCase(s);
+}
+
+TEST(Engine, SupportsIsHonest) {
+  Case c(CaseSpec{});
+  Problem p = c.problem();
+  std::string why;
+  EXPECT_TRUE(EngineSupports(p, &why));
+  p.full_quant = true;
+  EXPECT_FALSE(EngineSupports(p, &why));
+  EXPECT_NE(why.find("full quantization"), std::string::npos);
+  p.full_quant = false;
+  p.k.cache.elem = Elem::kFP8E4M3;
+  EXPECT_FALSE(EngineSupports(p, &why));
+}
+
+}  // namespace
+}  // namespace openfia::internal::testing

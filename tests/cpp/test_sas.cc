@@ -1,0 +1,248 @@
+// SparseAttnSharedkv end to end: against an independent double oracle of SEMANTICS.md 3.3 (SWA,
+// CFA, SCFA; BSND and TND; sinks; mask modes), and bitwise invariance under metadata, worker
+// counts and thread counts.
+#include <gtest/gtest.h>
+
+#include "test_sas_fixture.h"
+
+namespace openfia::sas_test {
+namespace {
+
+constexpr double kEpsF32 = 0x1p-24;
+constexpr double kEpsBF16 = 0x1p-8;
+constexpr double kEpsF16 = 0x1p-11;
+
+class SasTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    impl_ = GetImpl();
+    threads_ = GetNumThreads();
+    SetImpl(Impl::kReference);
+  }
+  void TearDown() override {
+    SetImpl(impl_);
+    SetNumThreads(threads_);
+  }
+  Impl impl_ = Impl::kAuto;
+  int threads_ = 1;
+};
+
+TEST_F(SasTest, SlidingWindowBsndMatchesOracle) {
+  // S2 = 300 > 128: the window start moves; S2 = 2 < S1 = 3: row 0 precedes the sequence.
+  SasFixture f;
+  f.kv_len = {300, 2};
+  f.Run(f.Build());
+  f.ExpectMatchesOracle(kEpsF32);
+  for (int64_t h = 0; h < f.n1; ++h) {
+    EXPECT_EQ(f.Lse(1, 0, h), float(kInf));
+    for (int64_t c = 0; c < f.d; ++c) EXPECT_EQ(f.Out(1, 0, h, c), 0.f);
+  }
+}
+
+TEST_F(SasTest, CompressedAllEntriesTndMatchesOracle) {
+  for (int64_t ratio : {4, 128}) {
+    SasFixture f;
+    f.tnd = true;
+    f.q_len = {5, 2, 140};  // a prefill batch (S1 = S2) crosses the window and the cmp thresholds
+    f.kv_len = {300, 1, 140};
+    f.ratio = ratio;
+    f.Run(f.Build());
+    f.ExpectMatchesOracle(kEpsF32);
+  }
+}
+
+TEST_F(SasTest, SparseCompressedMatchesOracle) {
+  for (bool tnd : {false, true}) {
+    SasFixture f;
+    f.tnd = tnd;
+    f.q_len = {6, 6, 6};
+    f.kv_len = {300, 40, 3};
+    f.ratio = 4;
+    f.k2 = 9;
+    f.bs2 = 4;
+    f.seed = tnd ? 3 : 4;
+    f.Run(f.Build());
+    f.ExpectMatchesOracle(kEpsF32);
+  }
+}
+
+TEST_F(SasTest, HalfPrecisionWithinDtypeTolerance) {
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    SasFixture f;
+    f.dtype = dt;
+    f.q_len = {4, 4};
+    f.kv_len = {200, 60};
+    f.ratio = 4;
+    f.k2 = 16;
+    f.Run(f.Build());
+    f.ExpectMatchesOracle(dt == DType::kBFloat16 ? kEpsBF16 : kEpsF16);
+  }
+}
+
+TEST_F(SasTest, NoSinksAndDefaultScale) {
+  SasFixture f;
+  f.with_sinks = false;
+  f.scale.reset();  // 1/sqrt(D)
+  f.ratio = 128;
+  f.kv_len = {300, 260};
+  f.Run(f.Build());
+  f.ExpectMatchesOracle(kEpsF32);
+}
+
+TEST_F(SasTest, CausalAndUnmaskedOriModesMatchOracle) {
+  for (int64_t mode : {0, 3}) {
+    SasFixture f;
+    f.ori_mask_mode = mode;
+    f.kv_len = {150, 5};
+    f.ratio = 4;
+    f.Run(f.Build());
+    f.ExpectMatchesOracle(kEpsF32);
+  }
+}
+
+TEST_F(SasTest, SingleKeyRowIsItsValueRowWithSinkWeight) {
+  // Position 0 sees exactly ori token 0 (thr = 0): out = v0 / (1 + e^(sink - s)).
+  SasFixture f;
+  f.q_len = {1};
+  f.kv_len = {1};
+  f.ratio = 4;
+  f.Run(f.Build());
+  for (int64_t h = 0; h < f.n1; ++h) {
+    double s = 0;
+    for (int64_t c = 0; c < f.d; ++c) s += double(f.qv[h * f.d + c]) * f.ori[0][c];
+    s *= 0.3;
+    const double w = 1 / (1 + std::exp(f.sinks[h] - s));
+    for (int64_t c = 0; c < f.d; ++c)
+      EXPECT_NEAR(f.Out(0, 0, h, c), w * f.ori[0][c], 2 * kEpsF32);
+    EXPECT_NEAR(f.Lse(0, 0, h), std::log(std::exp(s) + std::exp(f.sinks[h])), 4 * kEpsF32);
+  }
+}
+
+TEST_F(SasTest, LseNotRequestedGivesOneZeroAndTheSameOutput) {
+  SasFixture f;
+  f.ratio = 4;
+  f.k2 = 5;
+  f.Run(f.Build());
+  const std::vector<uint8_t> with_lse = f.outbuf;
+  f.lse = false;
+  f.Run(f.Build());
+  ASSERT_EQ(f.lsebuf.size(), 1u);
+  EXPECT_EQ(f.lsebuf[0], 0.f);
+  EXPECT_EQ(f.outbuf, with_lse);
+}
+
+// Output and lse bytes of one run.
+std::vector<uint8_t> Bytes(const SasFixture& f) {
+  std::vector<uint8_t> v = f.outbuf;
+  const auto* l = reinterpret_cast<const uint8_t*>(f.lsebuf.data());
+  v.insert(v.end(), l, l + f.lsebuf.size() * sizeof(float));
+  return v;
+}
+
+TEST_F(SasTest, BitwiseIdenticalForAnyMetadataWorkersAndThreads) {
+  for (int64_t k2 : {0, 7}) {
+    SasFixture f;
+    f.tnd = true;
+    f.q_len = {9, 0, 30, 4};
+    f.kv_len = {100, 0, 160, 300};
+    f.ratio = 4;
+    f.k2 = k2;
+    f.n1 = 64;  // CFA: 4 tokens per M block
+    f.d = 4;
+    SasArgs a = f.Build();
+    SetNumThreads(1);
+    f.Run(a);
+    const std::vector<uint8_t> base = Bytes(f);
+    f.ExpectMatchesOracle(kEpsF32);
+    std::vector<int32_t> meta(kSasMetadataWords);
+    for (int64_t workers : {1, 2, 5, 36}) {
+      SasMetadataArgs m = f.MetaArgs(workers);
+      SparseAttnSharedkvMetadata(m, TensorView(meta.data(), DType::kInt32, {kSasMetadataWords}));
+      a.metadata = TensorView(meta.data(), DType::kInt32, {kSasMetadataWords});
+      for (int threads : {1, 3, 8}) {
+        SetNumThreads(threads);
+        f.Run(a);
+        ASSERT_EQ(Bytes(f), base) << "workers " << workers << " threads " << threads;
+      }
+    }
+  }
+}
+
+TEST_F(SasTest, AutoImplEqualsReference) {
+  // Whatever the engine claims (today: the second key source is not its business), the default
+  // implementation choice gives the reference's bits.
+  SasFixture f;
+  f.ratio = 4;
+  f.k2 = 6;
+  SasArgs a = f.Build();
+  f.Run(a);
+  const std::vector<uint8_t> ref = Bytes(f);
+  SetImpl(Impl::kAuto);
+  f.Run(a);
+  EXPECT_EQ(Bytes(f), ref);
+}
+
+TEST_F(SasTest, EngineImplReportsUnsupported) {
+  SasFixture f;
+  f.ratio = 4;
+  SasArgs a = f.Build();
+  SetImpl(Impl::kEngine);
+  try {
+    f.Run(a);
+    FAIL() << "expected openfia::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "impl");
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  }
+}
+
+TEST_F(SasTest, MetadataForAnotherConfigurationIsRejected) {
+  SasFixture f;
+  f.tnd = true;
+  f.q_len = {3, 5};
+  f.kv_len = {100, 40};
+  f.ratio = 4;
+  f.k2 = 4;
+  SasArgs a = f.Build();
+  std::vector<int32_t> meta(kSasMetadataWords);
+  const TensorView mv(meta.data(), DType::kInt32, {kSasMetadataWords});
+  auto expect_rejected = [&](SasMetadataArgs m, const char* what) {
+    SparseAttnSharedkvMetadata(m, mv);
+    a.metadata = mv;
+    try {
+      f.Run(a);
+      ADD_FAILURE() << what << ": expected openfia::Error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "metadata") << what;
+      EXPECT_NE(std::string(e.what()).find("another configuration"), std::string::npos)
+          << e.what();
+    }
+  };
+  std::vector<int32_t> other_kv = {100, 41};
+  SasMetadataArgs m = f.MetaArgs(3);
+  m.seqused_kv = TensorView(other_kv.data(), DType::kInt32, {2});
+  expect_rejected(m, "seqused_kv");
+  m = f.MetaArgs(3);
+  m.cmp_topk = 0;
+  expect_rejected(m, "cmp_topk");
+  m = f.MetaArgs(3);
+  m.cmp_ratio = 128;
+  expect_rejected(m, "cmp_ratio");
+  m = f.MetaArgs(3);
+  m.num_heads_q = 8;
+  expect_rejected(m, "num_heads_q");
+  m = f.MetaArgs(3);
+  m.head_dim = 16;
+  expect_rejected(m, "head_dim");
+  std::vector<int32_t> other_cu = {0, 4, 8};
+  m = f.MetaArgs(3);
+  m.cu_seqlens_q = TensorView(other_cu.data(), DType::kInt32, {3});
+  expect_rejected(m, "cu_seqlens_q");
+  // The matching one is accepted.
+  SparseAttnSharedkvMetadata(f.MetaArgs(3), mv);
+  a.metadata = mv;
+  EXPECT_NO_THROW(f.Run(a));
+}
+
+}  // namespace
+}  // namespace openfia::sas_test

@@ -1,0 +1,157 @@
+// SIMD layer: vector exp accuracy, inline conversions, target selection, the thread pool.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/online_softmax.h"
+#include "common/parallel.h"
+#include "openfia/error.h"
+#include "openfia/runtime.h"
+#include "simd/scalar_convert.h"
+#include "simd/simd.h"
+
+namespace openfia::internal {
+namespace {
+
+// Distance in units in the last place between a float and the exact value.
+double UlpError(float got, double exact) {
+  if (exact == 0) return got == 0 ? 0 : 1e9;
+  int e;
+  std::frexp(exact, &e);
+  // ulp of the float binade holding `exact` (subnormals: fixed 2^-149).
+  const double ulp = std::ldexp(1.0, std::max(e - 24, -149));
+  return std::fabs(got - exact) / ulp;
+}
+
+TEST(SimdExp, FewUlpOverTheSoftmaxRange) {
+  for (const char* t : {"scalar", "avx2", "avx512"}) {
+    const KernelTable* k = KernelsFor(t);
+    if (!k) continue;
+    std::vector<float> x, y;
+    for (float v = -110.f; v < 89.f; v += 0.0137f) x.push_back(v);
+    for (float v = -1.f; v < 1.f; v += 1e-4f) x.push_back(v);
+    y.resize(x.size());
+    k->exp(x.data(), y.data(), static_cast<int64_t>(x.size()));
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double ex = std::exp(static_cast<double>(x[i]));
+      if (ex > std::numeric_limits<float>::max()) {
+        EXPECT_TRUE(std::isinf(y[i])) << t << " x=" << x[i];
+        continue;
+      }
+      worst = std::max(worst, UlpError(y[i], ex));
+    }
+    EXPECT_LE(worst, 3.0) << t;
+  }
+}
+
+TEST(SimdExp, SpecialValues) {
+  for (const char* t : {"scalar", "avx2", "avx512"}) {
+    const KernelTable* k = KernelsFor(t);
+    if (!k) continue;
+    const float inf = std::numeric_limits<float>::infinity();
+    float x[5] = {-inf, inf, std::nanf(""), 0.f, -200.f}, y[5];
+    k->exp(x, y, 5);
+    EXPECT_EQ(y[0], 0.f) << t;
+    EXPECT_EQ(y[1], inf) << t;
+    EXPECT_TRUE(std::isnan(y[2])) << t;
+    EXPECT_EQ(y[3], 1.f) << t;
+    EXPECT_EQ(y[4], 0.f) << t;
+  }
+}
+
+TEST(ScalarConvert, HalfRoundTripsAndRounding) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = cvt::F16ToF32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(cvt::F16ToF32(cvt::F32ToF16(f))));
+      continue;
+    }
+    EXPECT_EQ(cvt::F32ToF16(f), h) << h;
+  }
+  EXPECT_EQ(cvt::F32ToF16(65519.f), 0x7BFF);
+  EXPECT_EQ(cvt::F32ToF16(65520.f), 0x7C00);
+  EXPECT_EQ(cvt::F32ToF16(1.f + std::ldexp(1.f, -11)), 0x3C00);  // tie -> even
+  EXPECT_EQ(cvt::F32ToF16(1.f + 3 * std::ldexp(1.f, -11)), 0x3C02);
+  EXPECT_EQ(cvt::F32ToF16(std::ldexp(1.f, -25)), 0x0000);       // tie -> even (0)
+  EXPECT_EQ(cvt::F32ToF16(std::ldexp(3.f, -25)), 0x0002);
+  EXPECT_EQ(cvt::F32ToBF16(1.f + std::ldexp(1.f, -8)), 0x3F80);
+  EXPECT_EQ(cvt::F32ToBF16(1.f + 3 * std::ldexp(1.f, -8)), 0x3F82);
+  EXPECT_EQ(cvt::F32ToI8RoundAwaySat(2.5f), 3);
+  EXPECT_EQ(cvt::F32ToI8RoundAwaySat(-2.5f), -3);
+  EXPECT_EQ(cvt::F32ToI8RoundAwaySat(300.f), 127);
+  EXPECT_EQ(cvt::F32ToI8RoundAwaySat(-300.f), -128);
+  EXPECT_EQ(cvt::F32ToI8RoundAwaySat(std::nanf("")), 0);
+  uint8_t i4[2] = {0x8F, 0x71};  // elements: -1, -8, 1, 7
+  EXPECT_EQ(cvt::Load(i4, Elem::kI4, 0), -1.f);
+  EXPECT_EQ(cvt::Load(i4, Elem::kI4, 1), -8.f);
+  EXPECT_EQ(cvt::Load(i4, Elem::kI4, 2), 1.f);
+  EXPECT_EQ(cvt::Load(i4, Elem::kI4, 3), 7.f);
+}
+
+TEST(SimdTarget, CapSelectsAndValidates) {
+  const std::string best = SimdTarget();
+  SetSimdCap("scalar");
+  EXPECT_EQ(SimdTarget(), "scalar");
+  SetSimdCap("neon");  // another architecture's name caps to the portable target
+  EXPECT_EQ(SimdTarget(), "scalar");
+  SetSimdCap("avx9000");
+  EXPECT_THROW(SimdTarget(), Error);
+  SetSimdCap("");
+  EXPECT_EQ(SimdTarget(), best);
+  if (KernelsFor("avx512")) EXPECT_EQ(best, "avx512");
+}
+
+TEST(OnlineSoftmax, MergeIsOrderedAndEmptyIsIdentity) {
+  SoftmaxRow a{1.f, 2.f}, e;
+  float acc_a[2] = {1.f, 2.f}, acc_e[2] = {std::nanf(""), std::nanf("")};
+  SoftmaxRow d;
+  float acc_d[2] = {0, 0};
+  MergeSoftmax(d, acc_d, e, acc_e, 2);
+  EXPECT_TRUE(d.empty());
+  MergeSoftmax(d, acc_d, a, acc_a, 2);
+  MergeSoftmax(d, acc_d, e, acc_e, 2);
+  EXPECT_EQ(d.m, 1.f);
+  EXPECT_EQ(d.l, 2.f);
+  EXPECT_EQ(acc_d[1], 2.f);
+  SoftmaxRow b{3.f, 1.f};
+  float acc_b[2] = {4.f, 4.f};
+  MergeSoftmax(d, acc_d, b, acc_b, 2);
+  EXPECT_EQ(d.m, 3.f);
+  EXPECT_FLOAT_EQ(d.l, 2.f * std::exp(-2.f) + 1.f);
+  RowFinal f;
+  EXPECT_FALSE(FinalizeSoftmax(SoftmaxRow{}, 5.f, &f));
+  EXPECT_TRUE(std::isinf(f.lse));
+  // A huge sink must not overflow: lse = log(e^0 * 1 + e^200) = 200.
+  EXPECT_TRUE(FinalizeSoftmax(SoftmaxRow{0.f, 1.f}, 200.f, &f));
+  EXPECT_FLOAT_EQ(f.lse, 200.f);
+  EXPECT_EQ(f.factor, 0.f);
+}
+
+TEST(Parallel, EveryItemOnceAnyThreadCount) {
+  for (int threads : {1, 2, 3, 5}) {
+    SetNumThreads(threads);
+    std::vector<std::atomic<int>> hits(1000);
+    std::atomic<int> max_worker{0};
+    ParallelFor(1000, [&](int64_t i, int w) {
+      hits[i].fetch_add(1);
+      int m = max_worker.load();
+      while (w > m && !max_worker.compare_exchange_weak(m, w)) {
+      }
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    EXPECT_LT(max_worker.load(), threads);
+    // Nested calls run inline instead of deadlocking.
+    std::atomic<int> inner{0};
+    ParallelFor(4, [&](int64_t, int) { ParallelFor(3, [&](int64_t, int) { inner++; }); });
+    EXPECT_EQ(inner.load(), 12);
+  }
+  SetNumThreads(2);
+}
+
+}  // namespace
+}  // namespace openfia::internal
