@@ -241,7 +241,8 @@ TEST_P(FiaCases, ReferenceInvariants) {
         }
         if (std::isnan(l) || l == -kInf) report("lse" + at + " = " + std::to_string(l));
         // No visible key (lse +inf) means the documented empty row: output 0.
-        if (l == kInf && IsFloat(out.dtype) && !row_zero) report("lse +inf but out row nonzero" + at);
+        if (l == kInf && IsFloat(out.dtype) && !row_zero)
+          report("lse +inf but out row nonzero" + at);
       }
     }
   }
@@ -303,7 +304,8 @@ TEST_P(FiaCases, EngineMatchesReference) {
           if (!valid) ok = got == want && std::signbit(got) == std::signbit(want);
           else if (std::isnan(want) || std::isnan(got)) ok = std::isnan(want) && std::isnan(got);
           else if (std::isinf(want) || std::isinf(got)) ok = want == got;
-          else if (ro.dtype == DType::kInt8) ok = std::fabs(got - want) <= 1 + std::ceil(qs_max * atol);
+          else if (ro.dtype == DType::kInt8)
+            ok = std::fabs(got - want) <= 1 + std::ceil(qs_max * atol);
           else ok = std::fabs(got - want) <= atol + 2 * eps_o * std::fabs(want);
           if (!ok && bad++ < 8)
             ADD_FAILURE() << "out(b=" << b << ", h=" << h << ", row=" << row << ", d=" << d

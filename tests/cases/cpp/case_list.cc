@@ -119,7 +119,8 @@ std::vector<int64_t> ParseList(const CaseSpec& c, const std::string& k) {
   for (std::string item; std::getline(ss, item, ',');) {
     char* end = nullptr;
     v.push_back(std::strtoll(item.c_str(), &end, 10));
-    if (item.empty() || *end != '\0') Fail(c.name + ": " + k + "=" + c.Str(k, "") + " is not a list");
+    if (item.empty() || *end != '\0')
+      Fail(c.name + ": " + k + "=" + c.Str(k, "") + " is not a list");
   }
   return v;
 }
@@ -130,7 +131,9 @@ struct Logical {
   std::vector<double> v;
   Logical() = default;
   Logical(int64_t b, int64_t h, int64_t s, int64_t d) : B(b), H(h), S(s), D(d), v(b * h * s * d) {}
-  double& at(int64_t b, int64_t h, int64_t s, int64_t d) { return v[((b * H + h) * S + s) * D + d]; }
+  double& at(int64_t b, int64_t h, int64_t s, int64_t d) {
+    return v[((b * H + h) * S + s) * D + d];
+  }
   double at(int64_t b, int64_t h, int64_t s, int64_t d) const {
     return v[((b * H + h) * S + s) * D + d];
   }
@@ -145,7 +148,8 @@ int64_t CaseSpec::Int(const std::string& k, int64_t def) const {
   if (it == keys.end()) return def;
   char* end = nullptr;
   const long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end != '\0') Fail(name + ": " + k + "=" + it->second + " is not an integer");
+  if (it->second.empty() || *end != '\0')
+    Fail(name + ": " + k + "=" + it->second + " is not an integer");
   return v;
 }
 
@@ -154,7 +158,8 @@ double CaseSpec::Double(const std::string& k, double def) const {
   if (it == keys.end()) return def;
   char* end = nullptr;
   const double v = std::strtod(it->second.c_str(), &end);
-  if (it->second.empty() || *end != '\0') Fail(name + ": " + k + "=" + it->second + " is not a number");
+  if (it->second.empty() || *end != '\0')
+    Fail(name + ": " + k + "=" + it->second + " is not a number");
   return v;
 }
 
@@ -178,10 +183,12 @@ bool ParseCaseLine(const std::string& line, CaseSpec* out) {
   CaseSpec c;
   c.tier = tokens[0];
   c.name = tokens[1];
-  if (c.name.find('=') != std::string::npos) Fail("case name '" + c.name + "' contains '=': '" + line + "'");
+  if (c.name.find('=') != std::string::npos)
+    Fail("case name '" + c.name + "' contains '=': '" + line + "'");
   for (size_t i = 2; i < tokens.size(); ++i) {
     const size_t eq = tokens[i].find('=');
-    if (eq == std::string::npos || eq == 0) Fail("'" + tokens[i] + "' is not key=value in: '" + line + "'");
+    if (eq == std::string::npos || eq == 0)
+      Fail("'" + tokens[i] + "' is not key=value in: '" + line + "'");
     const std::string key = tokens[i].substr(0, eq);
     if (c.keys.count(key)) Fail("key '" + key + "' given twice in: '" + line + "'");
     c.keys[key] = tokens[i].substr(eq + 1);
@@ -214,7 +221,8 @@ std::vector<CaseSpec> TierCases(const std::string& path, const std::string& tier
     CaseSpec c;
     if (!ParseCaseLine(line, &c)) continue;
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
-    if (c.tier != "smoke" && c.tier != "full" && c.tier != "model") Fail(where + "unknown tier " + c.tier);
+    if (c.tier != "smoke" && c.tier != "full" && c.tier != "model")
+      Fail(where + "unknown tier " + c.tier);
     if (!names.insert(c.name).second) Fail(where + "duplicate case name " + c.name);
     for (const auto& kv : c.keys)
       if (!KnownKeys().count(kv.first)) Fail(where + "unknown key " + kv.first);
@@ -337,8 +345,10 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     for (int64_t h = 0; h < N; ++h)
       for (int64_t s = 0; s < S; ++s) {
         if (q_valid(b, s)) {
-          for (int64_t d = 0; d < D; ++d) g.q_absmax = std::max(g.q_absmax, std::fabs(q.at(b, h, s, d)));
-          for (int64_t d = 0; d < RD; ++d) g.q_absmax = std::max(g.q_absmax, std::fabs(qr.at(b, h, s, d)));
+          for (int64_t d = 0; d < D; ++d)
+            g.q_absmax = std::max(g.q_absmax, std::fabs(q.at(b, h, s, d)));
+          for (int64_t d = 0; d < RD; ++d)
+            g.q_absmax = std::max(g.q_absmax, std::fabs(qr.at(b, h, s, d)));
         } else if (poison && !fullquant) {
           for (int64_t d = 0; d < D; ++d) q.at(b, h, s, d) = nan;
         }
@@ -442,9 +452,11 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     std::fill(btp, btp + B * (max_blocks + 1), -1);
     int64_t cur = 0;
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < nblk[b]; ++i) btp[b * (max_blocks + 1) + i] = static_cast<int32_t>(perm[cur++]);
+      for (int64_t i = 0; i < nblk[b]; ++i)
+        btp[b * (max_blocks + 1) + i] = static_cast<int32_t>(perm[cur++]);
     const std::string cache = c.Str("cache", "3d");
-    if (cache != "3d" && cache != "4d" && cache != "nz") Fail(c.name + ": cache=" + cache + " is unknown");
+    if (cache != "3d" && cache != "4d" && cache != "nz")
+      Fail(c.name + ": cache=" + cache + " is unknown");
     auto to_cache = [&](const Logical& x, bool is_rope) {
       Logical cc(total_blocks, KVN, bs, x.D);
       std::fill(cc.v.begin(), cc.v.end(), is_rope ? (poison ? nan : 0.0) : kv_bad);
@@ -548,8 +560,10 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     args_.value_shared_prefix = store(vp, lay, dt, false);
     for (int64_t h = 0; h < KVN; ++h)
       for (int64_t s = 0; s < g.prefix_len; ++s) {
-        for (int64_t d = 0; d < D; ++d) k_int_max = std::max(k_int_max, std::fabs(kp.at(0, h, s, d)));
-        for (int64_t d = 0; d < DV; ++d) v_int_max = std::max(v_int_max, std::fabs(vp.at(0, h, s, d)));
+        for (int64_t d = 0; d < D; ++d)
+          k_int_max = std::max(k_int_max, std::fabs(kp.at(0, h, s, d)));
+        for (int64_t d = 0; d < DV; ++d)
+          v_int_max = std::max(v_int_max, std::fabs(vp.at(0, h, s, d)));
       }
   }
   const int64_t kv_cols = KVS + prefix;  // mask / pse columns
@@ -680,7 +694,8 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < KVN; ++h)
         for (int64_t s = kv_begin[b]; s < kv_begin[b] + akv[b]; ++s)
-          for (int64_t d = 0; d < RD; ++d) g.k_absmax = std::max(g.k_absmax, std::fabs(kr.at(b, h, s, d)));
+          for (int64_t d = 0; d < RD; ++d)
+            g.k_absmax = std::max(g.k_absmax, std::fabs(kr.at(b, h, s, d)));
 
   // ---- full quantization: powers of two, exact after the kernel's float19 cut ----
   if (fullquant) {
@@ -737,7 +752,8 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < N; ++h)
         for (int64_t s = 0; s < S; ++s) {
-          for (int64_t d = 0; d < D; ++d) q_log_[((b * N + h) * S + s) * dqk + d] = q.at(b, h, s, d);
+          for (int64_t d = 0; d < D; ++d)
+            q_log_[((b * N + h) * S + s) * dqk + d] = q.at(b, h, s, d);
           for (int64_t d = 0; d < RD; ++d)
             q_log_[((b * N + h) * S + s) * dqk + D + d] = qr.at(b, h, s, d);
         }
