@@ -1,0 +1,359 @@
+// Every case of the shared list (tests/cases/fia_cases.txt) through the public C++ API.
+//
+// The tier is OPENFIA_TIER (smoke by default; full = smoke + full). For each case:
+//  (a) the reference's output obeys invariants stated in the case's own terms (independent of
+//      openfia's canonicalization): rows outside the valid query windows are exactly 0 with lse
+//      +inf, every valid output is finite (the inputs poison every cell no valid row may read with
+//      NaN), outputs are convex combinations of V rows, and when every key is visible (no mask,
+//      no band) and K/V are float, output and lse equal a softmax computed here in double;
+//  (b) the engine (where it supports the call) matches the reference within tolerances derived
+//      from dtype unit roundoffs and the reduction lengths; NaN/Inf positions match exactly, and
+//      where the engine declines, the automatic fallback is bitwise the reference;
+//  (c) the automatic implementation gives bitwise identical outputs with 1, 2 and 3 threads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "case_list.h"
+#include "openfia/openfia.h"
+
+namespace openfia::cases {
+
+// gtest prints the parameter of a failing case as its line.
+void PrintTo(const CaseSpec& c, std::ostream* os) { *os << c.ToLine(); }
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kU32 = 0x1p-24;
+
+std::string Tier() {
+  const char* t = std::getenv("OPENFIA_TIER");
+  return t && *t ? t : "smoke";
+}
+
+std::string& LoadError() {
+  static std::string e;
+  return e;
+}
+
+std::vector<CaseSpec> Cases() {
+  try {
+    return TierCases(OPENFIA_CASE_LIST, Tier());
+  } catch (const std::exception& e) {
+    LoadError() = e.what();  // reported by FiaCaseList.Loads rather than crashing static init
+    return {};
+  }
+}
+
+double UnitRoundoff(DType dt) {
+  switch (dt) {
+    case DType::kFloat16: return 0x1p-11;
+    case DType::kBFloat16: return 0x1p-8;
+    default: return kU32;
+  }
+}
+
+double Load(const TensorView& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::kFloat32: return static_cast<const float*>(t.data)[i];
+    case DType::kFloat16: return static_cast<float>(static_cast<const _Float16*>(t.data)[i]);
+    case DType::kBFloat16: {
+      const uint16_t h = static_cast<const uint16_t*>(t.data)[i];
+      return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+    }
+    case DType::kInt8: return static_cast<const int8_t*>(t.data)[i];
+    default: ADD_FAILURE() << "unexpected output dtype"; return 0;
+  }
+}
+
+// Bitwise equality (NaN payloads included); memcmp must not see the null data of an empty vector.
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+bool IsFloat(DType dt) {
+  return dt == DType::kFloat32 || dt == DType::kFloat16 || dt == DType::kBFloat16;
+}
+
+// Restores the process-wide settings a test changes.
+struct SettingsGuard {
+  Impl impl = GetImpl();
+  int threads = GetNumThreads();
+  ~SettingsGuard() {
+    SetImpl(impl);
+    SetNumThreads(threads);
+  }
+};
+
+bool RowValid(const CaseGeometry& g, int64_t b, int64_t row) {
+  if (g.layout == "TND") return true;  // TND output holds only the valid rows
+  return row >= g.q_begin[b] && row < g.q_begin[b] + g.q_len[b];
+}
+
+class FiaCases : public ::testing::TestWithParam<CaseSpec> {};
+
+TEST(FiaCaseList, Loads) {
+  ASSERT_EQ(LoadError(), "");
+  const std::vector<CaseSpec> cases = Cases();
+  EXPECT_FALSE(cases.empty()) << "tier " << Tier();
+  if (Tier() == "full") {  // full runs smoke + full
+    EXPECT_TRUE(std::any_of(cases.begin(), cases.end(), [](auto& c) { return c.tier == "smoke"; }));
+    EXPECT_TRUE(std::any_of(cases.begin(), cases.end(), [](auto& c) { return c.tier == "full"; }));
+  }
+}
+
+TEST(FiaCaseList, Parser) {
+  CaseSpec c;
+  EXPECT_FALSE(ParseCaseLine("   # only a comment", &c));
+  EXPECT_FALSE(ParseCaseLine("", &c));
+  ASSERT_TRUE(ParseCaseLine("smoke x layout=BSH B=2 scale=0.5  # trailing", &c));
+  EXPECT_EQ(c.tier, "smoke");
+  EXPECT_EQ(c.name, "x");
+  EXPECT_EQ(c.Str("layout", ""), "BSH");
+  EXPECT_EQ(c.Int("B", 1), 2);
+  EXPECT_EQ(c.Int("N", 7), 7);
+  EXPECT_DOUBLE_EQ(c.Double("scale", 1), 0.5);
+  EXPECT_TRUE(c.Has("B"));
+  EXPECT_FALSE(c.Has("N"));
+  CaseSpec back;
+  ASSERT_TRUE(ParseCaseLine(c.ToLine(), &back));
+  EXPECT_EQ(back.keys, c.keys);
+  EXPECT_THROW(ParseCaseLine("smoke", &c), std::runtime_error);
+  EXPECT_THROW(ParseCaseLine("smoke y B2", &c), std::runtime_error);
+  EXPECT_THROW(ParseCaseLine("smoke y =2", &c), std::runtime_error);
+  EXPECT_THROW(ParseCaseLine("smoke y B=1 B=2", &c), std::runtime_error);
+  ASSERT_TRUE(ParseCaseLine("smoke y B=x", &c));
+  EXPECT_THROW(c.Int("B", 1), std::runtime_error);
+  EXPECT_THROW(ReadCases("/nonexistent/fia_cases.txt", "smoke"), std::runtime_error);
+  EXPECT_THROW(TierCases(OPENFIA_CASE_LIST, "nightly"), std::runtime_error);
+  // An unknown key is a typo, not a default.
+  ASSERT_TRUE(ParseCaseLine("smoke z layuot=BSH", &c));
+  EXPECT_THROW(FiaCase{c}, std::runtime_error);
+}
+
+TEST(FiaCaseList, DeterministicInputs) {
+  CaseSpec c;
+  ASSERT_TRUE(ParseCaseLine("smoke det layout=BSH B=2 N=2 S=3 KVS=5 D=16", &c));
+  FiaCase a(c), b(c);
+  const int64_t bytes = a.args().key.numel() * ElementSize(a.args().key.dtype);
+  ASSERT_EQ(std::memcmp(a.args().key.data, b.args().key.data, bytes), 0);
+  c.keys["seed"] = "1";
+  FiaCase d(c);
+  EXPECT_NE(std::memcmp(a.args().key.data, d.args().key.data, bytes), 0);
+}
+
+// (a) invariants of the reference's output.
+TEST_P(FiaCases, ReferenceInvariants) {
+  SettingsGuard guard;
+  SetImpl(Impl::kReference);
+  FiaCase c(GetParam());
+  c.Run();
+  const CaseGeometry& g = c.geometry();
+  const TensorView& out = c.out();
+  const TensorView& lse = c.lse();
+
+  // The output shapes follow from the case alone.
+  std::vector<int64_t> want_out;
+  const int64_t T = std::accumulate(g.q_len.begin(), g.q_len.end(), int64_t{0});
+  if (g.layout == "TND") want_out = {T, g.N, g.DV};
+  else if (g.layout == "BNSD") want_out = {g.B, g.N, g.S, g.DV};
+  else if (g.layout == "BSH") want_out = {g.B, g.S, g.N * g.DV};
+  else want_out = {g.B, g.S, g.N, g.DV};
+  ASSERT_EQ(out.sizes, want_out);
+  EXPECT_EQ(out.dtype, g.int8_out ? DType::kInt8
+                                  : (g.fullquant ? DType::kFloat16 : c.args().query.dtype))
+      << "output dtype";
+  if (lse.defined()) {
+    const std::vector<int64_t> want_lse = g.layout == "TND"
+                                              ? std::vector<int64_t>{T, g.N, 1}
+                                              : std::vector<int64_t>{g.B, g.N, g.S, 1};
+    ASSERT_EQ(lse.sizes, want_lse);
+  }
+
+  const double eps_q = UnitRoundoff(c.args().query.dtype);
+  const double eps_o = UnitRoundoff(out.dtype);
+  // Convex combination of V rows; p is rounded to the query dtype before p.V while l is not, so
+  // the weights may sum to 1 + eps_q; the output rounding adds eps_o.
+  const double v_bound = g.v_absmax * (1 + 2 * eps_q) * (1 + 2 * eps_o) + 1e-30;
+  const bool check_bound = IsFloat(out.dtype) && !g.fullquant;
+  int bad = 0;
+  auto report = [&](const std::string& what) {
+    if (bad++ < 8) ADD_FAILURE() << what;
+  };
+  for (int64_t b = 0; b < g.B; ++b) {
+    const int64_t kv_total = g.prefix_len + g.kv_len[b];
+    for (int64_t h = 0; h < g.N; ++h) {
+      for (int64_t row = 0; row < c.OutRows(b); ++row) {
+        const std::string at = "(b=" + std::to_string(b) + ", h=" + std::to_string(h) +
+                               ", row=" + std::to_string(row) + ")";
+        const bool valid = RowValid(g, b, row);
+        const double l = lse.defined() ? c.LseValues()[c.LseIndex(b, h, row)] : 0.0;
+        bool row_zero = true;
+        for (int64_t d = 0; d < g.DV; ++d) {
+          const double x = Load(out, c.OutIndex(b, h, row, d));
+          const bool zero_bits = x == 0 && !std::signbit(x);
+          row_zero = row_zero && x == 0;
+          if (!valid && !zero_bits) report("row outside the valid window not +0: out" + at + " = " +
+                                           std::to_string(x));
+          if (!std::isfinite(x)) report("non-finite out" + at + "[" + std::to_string(d) + "]");
+          if (check_bound && std::fabs(x) > v_bound)
+            report("out" + at + "[" + std::to_string(d) + "] = " + std::to_string(x) +
+                   " exceeds max |V| " + std::to_string(v_bound));
+        }
+        if (valid && kv_total == 0 && IsFloat(out.dtype) && !row_zero)
+          report("row without keys not 0: out" + at);
+        if (valid && kv_total > 0 && g.scores_known) {
+          // Every key is visible: softmax in double from the stored values. The reference rounds
+          // p to the query dtype (relative eps_q) while l is not, then rounds the output.
+          std::vector<double> s(kv_total);
+          double m = -kInf, sum = 0;
+          for (int64_t j = 0; j < kv_total; ++j) m = std::max(m, s[j] = c.Score(b, h, row, j));
+          for (int64_t j = 0; j < kv_total; ++j) sum += s[j] = std::exp(s[j] - m);
+          const double want_lse = m + std::log(sum);
+          if (lse.defined() && !(std::fabs(l - want_lse) <= 4 * kU32 * (std::fabs(want_lse) + 1)))
+            report("lse" + at + " = " + std::to_string(l) + ", want " + std::to_string(want_lse));
+          if (IsFloat(out.dtype)) {
+            for (int64_t d = 0; d < g.DV; ++d) {
+              double o = 0;
+              for (int64_t j = 0; j < kv_total; ++j) o += s[j] * c.Value(b, h, j, d);
+              o /= sum;
+              const double x = Load(out, c.OutIndex(b, h, row, d));
+              if (!(std::fabs(x - o) <= 2 * eps_q * g.v_absmax + 2 * eps_o * std::fabs(o) + 1e-12))
+                report("out" + at + "[" + std::to_string(d) + "] = " + std::to_string(x) +
+                       ", softmax(QK)V = " + std::to_string(o));
+            }
+          }
+        }
+        if (!lse.defined()) continue;
+        if (!valid || kv_total == 0) {
+          if (l != kInf) report("lse" + at + " = " + std::to_string(l) + ", want +inf");
+          continue;
+        }
+        if (std::isnan(l) || l == -kInf) report("lse" + at + " = " + std::to_string(l));
+        // No visible key (lse +inf) means the documented empty row: output 0.
+        if (l == kInf && IsFloat(out.dtype) && !row_zero)
+          report("lse +inf but out row nonzero" + at);
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << GetParam().ToLine();
+}
+
+// (b) engine (or automatic fallback) against the reference.
+TEST_P(FiaCases, EngineMatchesReference) {
+  SettingsGuard guard;
+  SetImpl(Impl::kReference);
+  FiaCase ref(GetParam());
+  ref.Run();
+  FiaCase eng(GetParam());
+  SetImpl(Impl::kEngine);
+  bool supported = true;
+  try {
+    eng.Run();
+  } catch (const Error& e) {
+    ASSERT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    supported = false;
+    SetImpl(Impl::kAuto);
+    eng.Run();
+  }
+  const std::vector<uint8_t> rb = ref.OutBytes(), eb = eng.OutBytes();
+  const std::vector<float> rl = ref.LseValues(), el = eng.LseValues();
+  if (!supported) {  // the fallback is the reference itself
+    EXPECT_TRUE(rb == eb) << "automatic fallback differs from the reference";
+    EXPECT_TRUE(SameBits(rl, el)) << "automatic fallback lse differs from the reference";
+    return;
+  }
+  const CaseGeometry& g = ref.geometry();
+  const TensorView& ro = ref.out();
+  const TensorView& eo = eng.out();
+  int64_t kvmax = 0;
+  for (int64_t b = 0; b < g.B; ++b) kvmax = std::max(kvmax, g.prefix_len + g.kv_len[b]);
+  const double dqk = static_cast<double>(g.D + g.rope_d);
+  // Error of an fp32 dot product of length dqk with |q| <= qmax, |k| <= kmax (worst case), plus
+  // the fp32 pse addition.
+  const double ds = dqk * kU32 * dqk * g.q_absmax * g.k_absmax * g.scale + 2 * kU32 * g.pse_absmax;
+  // p is rounded to the query dtype at a running max that differs from the reference's global one
+  // (both round, so 2 eps_q); fp32 accumulation over kvmax keys.
+  const double eps_q = UnitRoundoff(ref.args().query.dtype);
+  const double atol = g.v_absmax * (2 * eps_q + 2.5 * ds + 2 * (kvmax + 16) * kU32);
+  const double lse_tol = ds + 2 * (kvmax + 16) * kU32;
+  const double eps_o = UnitRoundoff(ro.dtype);
+  double qs_max = 0;
+  if (ref.args().quant_scale2.defined())
+    for (int64_t i = 0; i < ref.args().quant_scale2.numel(); ++i)
+      qs_max = std::max(qs_max, Load(ref.args().quant_scale2, i));
+  int bad = 0;
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t h = 0; h < g.N; ++h)
+      for (int64_t row = 0; row < ref.OutRows(b); ++row) {
+        const bool valid = RowValid(g, b, row);
+        for (int64_t d = 0; d < g.DV; ++d) {
+          const int64_t i = ref.OutIndex(b, h, row, d);
+          const double want = Load(ro, i), got = Load(eo, i);
+          bool ok;
+          if (!valid) ok = got == want && std::signbit(got) == std::signbit(want);
+          else if (std::isnan(want) || std::isnan(got)) ok = std::isnan(want) && std::isnan(got);
+          else if (std::isinf(want) || std::isinf(got)) ok = want == got;
+          else if (ro.dtype == DType::kInt8)
+            ok = std::fabs(got - want) <= 1 + std::ceil(qs_max * atol);
+          else ok = std::fabs(got - want) <= atol + 2 * eps_o * std::fabs(want);
+          if (!ok && bad++ < 8)
+            ADD_FAILURE() << "out(b=" << b << ", h=" << h << ", row=" << row << ", d=" << d
+                          << ") = " << got << ", reference " << want << " (atol " << atol << ")";
+        }
+        if (rl.empty()) continue;
+        const int64_t li = ref.LseIndex(b, h, row);
+        const double want = rl[li], got = el[li];
+        const bool ok = std::isnan(want) || std::isinf(want) || std::isnan(got) || std::isinf(got)
+                            ? (std::isnan(want) ? std::isnan(got) : got == want)
+                            : std::fabs(got - want) <= lse_tol + 2 * kU32 * std::fabs(want);
+        if (!ok && bad++ < 8)
+          ADD_FAILURE() << "lse(b=" << b << ", h=" << h << ", row=" << row << ") = " << got
+                        << ", reference " << want << " (tol " << lse_tol << ")";
+      }
+  EXPECT_EQ(bad, 0) << GetParam().ToLine();
+}
+
+// (c) the thread count never changes a bit of the result.
+TEST_P(FiaCases, ThreadCountInvariant) {
+  SettingsGuard guard;
+  SetImpl(Impl::kAuto);
+  FiaCase c(GetParam());
+  std::vector<uint8_t> out1;
+  std::vector<float> lse1;
+  for (int threads : {1, 2, 3}) {
+    SetNumThreads(threads);
+    c.Run();
+    if (threads == 1) {
+      out1 = c.OutBytes();
+      lse1 = c.LseValues();
+      continue;
+    }
+    EXPECT_TRUE(c.OutBytes() == out1) << threads << " threads: output differs from 1 thread";
+    EXPECT_TRUE(SameBits(c.LseValues(), lse1))
+        << threads << " threads: lse differs from 1 thread";
+  }
+}
+
+std::string CaseName(const ::testing::TestParamInfo<CaseSpec>& info) {
+  std::string n = info.param.name;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(List, FiaCases, ::testing::ValuesIn(Cases()), CaseName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FiaCases);
+
+}  // namespace
+}  // namespace openfia::cases
