@@ -1,6 +1,8 @@
 // openfia-bench: case-list parsing and workload construction (see workload.h).
 #include "workload.h"
 
+#include "common/numeric.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -38,46 +40,11 @@ class Rng {
   uint64_t s_;
 };
 
-uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float BitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+uint16_t ToBf16(float f) { return internal::F32ToBF16(f); }
+float FromBf16(uint16_t h) { return internal::BF16ToF32(h); }
+uint16_t ToF16(float f) { return internal::F32ToF16(f); }
+float FromF16(uint16_t h) { return internal::F16ToF32(h); }
 
-uint16_t ToBf16(float f) {  // round to nearest even; inputs here are finite
-  const uint32_t u = FloatBits(f);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-float FromBf16(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
-
-uint16_t ToF16(float f) {  // round to nearest even; |f| < 65504 here
-  const uint32_t u = FloatBits(f);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  const float a = std::fabs(f);
-  if (a < 6.103515625e-05f) {  // subnormal: multiples of 2^-24
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f)));
-  }
-  const uint32_t ua = FloatBits(a);
-  uint32_t mant = ua & 0x7FFFFFu;
-  int32_t exp = static_cast<int32_t>(ua >> 23) - 127 + 15;
-  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
-  const uint32_t rest = mant & 0x1FFFu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // carries into the exponent correctly
-  return static_cast<uint16_t>(sign | h);
-}
-float FromF16(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
-  if (exp == 0) return (sign ? -1.f : 1.f) * static_cast<float>(mant) / 16777216.0f;
-  if (exp == 31) return BitsFloat(sign | 0x7F800000u | (mant << 13));
-  return BitsFloat(sign | ((exp - 15 + 127) << 23) | (mant << 13));
-}
-
-// Stores `v` as element i of a float-like tensor.
 void StoreFloat(const TensorView& t, int64_t i, float v) {
   switch (t.dtype) {
     case DType::kFloat32:
@@ -146,63 +113,7 @@ constexpr int64_t kRopeDim = 64;  // MLA rope head dim (SEMANTICS 1.11)
 
 }  // namespace
 
-// ---- CaseSpec ----
-
-int64_t CaseSpec::Int(const std::string& k, int64_t def) const {
-  auto it = keys.find(k);
-  if (it == keys.end()) return def;
-  char* end = nullptr;
-  const long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (end == it->second.c_str() || *end != '\0') Fail(name + ": " + k + "=" + it->second + " is not an integer");
-  return v;
-}
-
-double CaseSpec::Double(const std::string& k, double def) const {
-  auto it = keys.find(k);
-  if (it == keys.end()) return def;
-  return std::stod(it->second);
-}
-
-std::string CaseSpec::Str(const std::string& k, const std::string& def) const {
-  auto it = keys.find(k);
-  return it == keys.end() ? def : it->second;
-}
-
-std::string CaseSpec::ToLine() const {
-  std::string s = tier + " " + name;
-  for (const auto& [k, v] : keys) s += " " + k + "=" + v;
-  return s;
-}
-
-bool ParseCaseLine(const std::string& raw, CaseSpec* out) {
-  std::string line = raw.substr(0, raw.find('#'));
-  std::stringstream ss(line);
-  std::vector<std::string> tok;
-  for (std::string t; ss >> t;) tok.push_back(t);
-  if (tok.empty()) return false;
-  if (tok.size() < 2) Fail("case line needs `<tier> <name> key=value ...`: '" + raw + "'");
-  CaseSpec c;
-  c.tier = tok[0];
-  c.name = tok[1];
-  for (size_t i = 2; i < tok.size(); ++i) {
-    const auto eq = tok[i].find('=');
-    if (eq == std::string::npos || eq == 0) Fail("'" + tok[i] + "' is not key=value in: '" + raw + "'");
-    c.keys[tok[i].substr(0, eq)] = tok[i].substr(eq + 1);
-  }
-  *out = std::move(c);
-  return true;
-}
-
-std::vector<CaseSpec> ReadCases(const std::string& path, const std::string& tier) {
-  std::ifstream f(path);
-  if (!f) Fail("cannot read the case list " + path);
-  std::vector<CaseSpec> cases;
-  for (std::string line; std::getline(f, line);) {
-    CaseSpec c;
-    if (ParseCaseLine(line, &c) && c.tier == tier) cases.push_back(std::move(c));
-  }
-  return cases;
-}
+// CaseSpec, ParseCaseLine and ReadCases come from the shared reader (tests/cases/cpp).
 
 CaseSpec ApplyPreset(const CaseSpec& c, const std::string& preset) {
   if (preset == "full") return c;

@@ -8,27 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "case_list.h"  // tests/cases/cpp: CaseSpec, ParseCaseLine, ReadCases
 #include "openfia/openfia.h"
 
 namespace openfia::bench {
-
-// One line of the case list: `<tier> <name> key=value ...`.
-struct CaseSpec {
-  std::string tier, name;
-  std::map<std::string, std::string> keys;
-
-  bool Has(const std::string& k) const { return keys.count(k) != 0; }
-  int64_t Int(const std::string& k, int64_t def) const;
-  double Double(const std::string& k, double def) const;
-  std::string Str(const std::string& k, const std::string& def) const;
-  std::string ToLine() const;  // back to the list's format
-};
-
-// Parses one line; returns false for blank/comment lines. Throws std::runtime_error on a malformed
-// line (naming the line).
-bool ParseCaseLine(const std::string& line, CaseSpec* out);
-// Every case of `tier` in `path` (a missing file is an error).
-std::vector<CaseSpec> ReadCases(const std::string& path, const std::string& tier);
 
 // The benchmark's size presets. "full": the case as written. "demo": every sequence length (S
 // when > 1, KVS) divided by 8 and rounded up to the page size, B capped at 4, so that every
