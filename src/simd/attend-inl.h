@@ -364,6 +364,112 @@ inline void PvMasked(const float* p, int64_t rows, const uint8_t* vis, int64_t n
 }
 
 // ---------------------------------------------------------------------------------------------
+// Streaming (no-pack) kernels for few rows per work item (decode: the GQA heads of one KV head).
+// With so few rows every K/V byte is used by only a handful of FMAs, so packing the tile costs
+// more than it saves: each K row (D contiguous channels) is converted in registers and dotted
+// with the rows' queries; each V row is converted and accumulated into the rows' outputs.
+// P * V performs exactly the FMAs of Pv in the same order (bitwise equal to the packed path); a
+// score is the same dot product with the channel sum taken in W lane-wise partial sums first.
+
+constexpr int64_t kStreamRows = 16;  // at most this many rows per item take the streaming path
+
+// s[r * TN + n] = q[r] . K[n] for R rows, keys n < nk.
+template <Elem E, int R>
+inline void StreamScoreRows(const FastRows& f, int64_t nk, const float* q, int64_t ldq,
+                            int64_t D, float* s) {
+  const int64_t nd = D / W;
+  for (int64_t n = 0; n < nk; ++n) {
+    typename V::T acc[R];
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) acc[r] = V::Zero();
+    const void* row = f.row[n];
+    for (int64_t k = 0; k < nd; ++k) {
+      const typename V::T x = LoadAt<E>(row, f.doff[k]);
+      OPENFIA_UNROLL
+      for (int r = 0; r < R; ++r) acc[r] = V::Fma(V::Load(q + r * ldq + k * W), x, acc[r]);
+    }
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) s[r * TN + n] = V::ReduceSum(acc[r]);
+  }
+}
+
+template <Elem E, int R>
+inline void StreamScoreTail(int64_t rem, const FastRows& f, int64_t nk, const float* q,
+                            int64_t ldq, int64_t D, float* s) {
+  if constexpr (R > 0) {
+    if (rem == R) return StreamScoreRows<E, R>(f, nk, q, ldq, D, s);
+    StreamScoreTail<E, R - 1>(rem, f, nk, q, ldq, D, s);
+  }
+}
+
+template <Elem E>
+inline void StreamScores(const FastRows& f, int64_t nk, const float* q, int64_t ldq,
+                         int64_t rows, int64_t D, float* s) {
+  constexpr int kR = 8;
+  int64_t r0 = 0;
+  for (; r0 + kR <= rows; r0 += kR)
+    StreamScoreRows<E, kR>(f, nk, q + r0 * ldq, ldq, D, s + r0 * TN);
+  StreamScoreTail<E, kR - 1>(rows - r0, f, nk, q + r0 * ldq, ldq, D, s + r0 * TN);
+}
+
+// acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * V[n][c], R rows, C vectors of channels.
+template <Elem E, int R, int C>
+inline void StreamPvBlock(const float* p, const FastRows& f, int64_t k0, int64_t nk, float* acc,
+                          int64_t lda) {
+  typename V::T a[R][C];
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) a[r][c] = V::Load(acc + r * lda + c * W);
+  for (int64_t n = 0; n < nk; ++n) {
+    typename V::T x[C];
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) x[c] = LoadAt<E>(f.row[n], f.doff[k0 + c]);
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const typename V::T pb = V::Set1(p[r * TN + n]);
+      OPENFIA_UNROLL
+      for (int c = 0; c < C; ++c) a[r][c] = V::Fma(pb, x[c], a[r][c]);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) V::Store(acc + r * lda + c * W, a[r][c]);
+}
+
+template <Elem E, int R>
+inline void StreamPvRows(const float* p, const FastRows& f, int64_t Dv, int64_t nk, float* acc,
+                         int64_t lda) {
+  int64_t c0 = 0;
+  for (; c0 + kCB * W <= Dv; c0 += kCB * W)
+    StreamPvBlock<E, R, kCB>(p, f, c0 / W, nk, acc + c0, lda);
+  for (; c0 < Dv; c0 += W) StreamPvBlock<E, R, 1>(p, f, c0 / W, nk, acc + c0, lda);
+}
+
+template <Elem E, int R>
+inline void StreamPvTail(int64_t rem, const float* p, const FastRows& f, int64_t Dv, int64_t nk,
+                         float* acc, int64_t lda) {
+  if constexpr (R > 0) {
+    if (rem == R) return StreamPvRows<E, R>(p, f, Dv, nk, acc, lda);
+    StreamPvTail<E, R - 1>(rem, p, f, Dv, nk, acc, lda);
+  }
+}
+
+template <Elem E>
+inline void StreamPv(const float* p, int64_t rows, const FastRows& f, int64_t Dv, int64_t nk,
+                     float* acc, int64_t lda) {
+  int64_t r0 = 0;
+  for (; r0 + kRB <= rows; r0 += kRB)
+    StreamPvRows<E, kRB>(p + r0 * TN, f, Dv, nk, acc + r0 * lda, lda);
+  StreamPvTail<E, kRB - 1>(rows - r0, p + r0 * TN, f, Dv, nk, acc + r0 * lda, lda);
+}
+
+inline Elem FastElem(const KvOperand& kv, const uint8_t* pre) {
+  return (pre[0] ? kv.prefix : kv.cache).elem;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The tile loop
 
 inline float ExpScalar(float x) {
@@ -410,7 +516,8 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
     }
   }
 
-  FastRows fast;
+  FastRows fast, fastv;
+  const bool stream_ok = rows <= kStreamRows && p.d_rope == 0 && D % W == 0 && Dv % W == 0;
   const int64_t tile0 = w.j0 / TN * TN;
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
     const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
@@ -433,13 +540,26 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       if (p.d_rope > 0)
         ResolveKey(p, p.k_rope, b, w.hk, jt0 + n, &sc.rbase[n], &sc.roff[n], &sc.kpre[n]);
     }
-    PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast);
-    if (p.d_rope > 0)
-      PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast);
-    PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast);
-    const bool v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
-
-    Scores(sc.q, ldq, rows, sc.kt, D, npad, sc.s);
+    // Streaming path: few rows, a fully visible tile (so no masked cell can meet a non-finite
+    // value), no rope, whole vectors of channels, both K and V vector-contiguous.
+    const bool stream = stream_ok && full &&
+                        MakeFastRows(p.k, sc.kbase, sc.koff, sc.kpre, nk, D, &fast) &&
+                        MakeFastRows(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, &fastv);
+    bool v_bad = false;
+    if (stream) {
+      switch (FastElem(p.k, sc.kpre)) {
+        case Elem::kF32: StreamScores<Elem::kF32>(fast, nk, sc.q, ldq, rows, D, sc.s); break;
+        case Elem::kF16: StreamScores<Elem::kF16>(fast, nk, sc.q, ldq, rows, D, sc.s); break;
+        default: StreamScores<Elem::kBF16>(fast, nk, sc.q, ldq, rows, D, sc.s); break;
+      }
+    } else {
+      PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast);
+      if (p.d_rope > 0)
+        PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast);
+      PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast);
+      v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
+      Scores(sc.q, ldq, rows, sc.kt, D, npad, sc.s);
+    }
 
     if (!full) {  // element visibility of the boundary tile, shared by the heads of a query
       for (int64_t qi = 0; qi < nq; ++qi) {
@@ -500,7 +620,16 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       }
     }
 
-    if (!full && v_bad) {
+    if (stream) {
+      switch (FastElem(p.v, sc.kpre)) {
+        case Elem::kF32: StreamPv<Elem::kF32>(sc.s, rows, fastv, Dv, nk, out.acc, out.acc_stride);
+          break;
+        case Elem::kF16: StreamPv<Elem::kF16>(sc.s, rows, fastv, Dv, nk, out.acc, out.acc_stride);
+          break;
+        default: StreamPv<Elem::kBF16>(sc.s, rows, fastv, Dv, nk, out.acc, out.acc_stride);
+          break;
+      }
+    } else if (!full && v_bad) {
       PvMasked(sc.s, rows, sc.vis, nq, sc.v, ldv, nk, out.acc, out.acc_stride);
     } else {
       Pv(sc.s, rows, sc.v, ldv, nk, out.acc, out.acc_stride);

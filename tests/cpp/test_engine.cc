@@ -319,6 +319,37 @@ TEST(Engine, SplitKvDecode) {
   }
 }
 
+// Decode shapes (few rows per work item) take the streaming no-pack path: every KV dtype,
+// contiguous and paged, a shared prefix, pse, sinks and a row count just above/below the limit.
+TEST(Engine, StreamingDecode) {
+  for (Elem e : {Elem::kBF16, Elem::kF16, Elem::kF32}) {
+    for (int64_t block : {0, 32}) {
+      CaseSpec s;
+      s.qe = s.oe = e;
+      s.h_q = 8;
+      s.h_kv = 2;
+      s.d_qk = 64;
+      s.d_v = 32;
+      s.block = block;
+      s.batch = 2;
+      s.prefix = block ? 0 : 19;
+      s.q_len = {1, 4};
+      s.kv_len = {300, 129};
+      s.pse = block ? Elem::kU8 : Elem::kF32;
+      s.sinks = block != 0;
+      RunCase(s);
+    }
+  }
+  CaseSpec s;  // 17 rows per item: just over the streaming limit, same answers
+  s.h_q = 17;
+  s.h_kv = 1;
+  s.d_qk = 32;
+  s.d_v = 32;
+  s.q_len = {1};
+  s.kv_len = {200};
+  RunCase(s);
+}
+
 TEST(Engine, LargeScoresStayFinite) {
   CaseSpec s;
   s.amp = 6.f;  // scores up to ~ 6*6*32*0.25: exp needs the running-max rescale
