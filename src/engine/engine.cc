@@ -20,14 +20,25 @@ bool IsFloat(Elem e) { return e == Elem::kF32 || e == Elem::kF16 || e == Elem::k
 
 // Why the engine cannot run a KV operand (empty when it can).
 std::string KvWhy(const char* name, const KvOperand& kv, Elem q) {
-  if (kv.cache.elem != q) return std::string(name) + " dtype differs from the query (antiquant)";
-  if (kv.dequant.kind != Dequant::Kind::kNone) return std::string(name) + " antiquant";
-  if (kv.dequant.logical) return std::string(name) + " per-token scales of a paged cache";
-  if (kv.prefix.present() && kv.prefix.elem != q)
-    return std::string(name) + " shared prefix dtype differs from the query";
-  if (kv.prefix_dequant.kind != Dequant::Kind::kNone)
-    return std::string(name) + " shared prefix antiquant";
-  return "";
+  // Antiquant (int8 / int4 storage with a Dequant) is dequantized in the kernel's packing; a
+  // float operand must match the query dtype (the NPU has no mixed float matmul).
+  const auto why = [&](const Operand& o, const Dequant& dq, const char* what) -> std::string {
+    if (dq.kind != Dequant::Kind::kNone) {
+      // The packing resolves scales by storage coordinates; logical (batch, token) ones are
+      // reference-only for now.
+      if (dq.logical) return std::string(name) + what + " per-token scales of a paged cache";
+      if (o.elem != Elem::kI8 && o.elem != Elem::kI4)
+        return std::string(name) + what + " antiquant of a storage other than int8/int4";
+      if (!IsFloat(dq.scale_elem) || (dq.offset != nullptr && !IsFloat(dq.offset_elem)))
+        return std::string(name) + what + " antiquant scale/offset dtype";
+      return "";
+    }
+    if (o.elem != q) return std::string(name) + what + " dtype differs from the query";
+    return "";
+  };
+  std::string w = why(kv.cache, kv.dequant, "");
+  if (w.empty() && kv.prefix.present()) w = why(kv.prefix, kv.prefix_dequant, " shared prefix");
+  return w;
 }
 
 // Writes the final output row (b, h, query i) from its merged state.

@@ -62,23 +62,68 @@ inline typename V::T LoadRow(const Operand& o, bool contig, const void* base, in
 
 // Where logical key j of batch b, KV head hk lives in `kv` (SEMANTICS 1.7 / 1.10).
 inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j,
-                       const void** base, int64_t* off, uint8_t* from_prefix) {
+                       const void** base, int64_t* off, uint8_t* from_prefix,
+                       int64_t* coord = nullptr) {
+  int64_t cb, cs;  // storage (b, s): the dequant coordinates (problem.h, Dequant)
   if (j < p.prefix_len) {
     *base = kv.prefix.Base(0);
     *off = kv.prefix.Offset(0, hk, j, 0);
     *from_prefix = 1;
-    return;
-  }
-  const int64_t t = p.kv_begin[b] + j - p.prefix_len;
-  *from_prefix = 0;
-  if (p.paged) {
-    const int64_t blk = p.block_table[b * p.bt_stride + t / p.block_size];
-    *base = kv.cache.data;
-    *off = kv.cache.Offset(blk, hk, t % p.block_size, 0);
+    cb = 0;
+    cs = j;
   } else {
-    *base = kv.cache.Base(b);
-    *off = kv.cache.Offset(b, hk, t, 0);
+    const int64_t t = p.kv_begin[b] + j - p.prefix_len;
+    *from_prefix = 0;
+    if (p.paged) {
+      cb = p.block_table[b * p.bt_stride + t / p.block_size];
+      cs = t % p.block_size;
+      *base = kv.cache.data;
+    } else {
+      cb = b;
+      cs = t;
+      *base = kv.cache.Base(b);
+    }
+    *off = kv.cache.Offset(cb, hk, cs, 0);
   }
+  if (coord) {
+    coord[0] = cb;
+    coord[1] = cs;
+  }
+}
+
+// Antiquant of the keys of one tile (SEMANTICS 1.9): (x + offset) * scale in fp32, rounded to the
+// query dtype, exactly as the reference; null Dequant pointers mean the operand is not quantized.
+struct TileDq {
+  const Dequant* cache = nullptr;
+  const Dequant* prefix = nullptr;
+  const int64_t* coord = nullptr;  // [key * 2]: storage (b, s) of each key of the tile
+  int64_t h = 0;
+  Elem qe = Elem::kF32;
+  bool any() const { return cache != nullptr || prefix != nullptr; }
+};
+
+inline TileDq MakeTileDq(const KvOperand& kv, const int64_t* coord, int64_t hk, Elem qe) {
+  TileDq t;
+  if (kv.dequant.kind != Dequant::Kind::kNone) t.cache = &kv.dequant;
+  if (kv.prefix_dequant.kind != Dequant::Kind::kNone) t.prefix = &kv.prefix_dequant;
+  t.coord = coord;
+  t.h = hk;
+  t.qe = qe;
+  return t;
+}
+
+// Channel d of key n (at element offset `off` of `base` in operand o), dequantized if needed.
+inline float LoadElem(const Operand& o, const TileDq& q, int64_t n, bool pre, const void* base,
+                      int64_t off, int64_t d) {
+  const float x = cvt::Load(base, o.elem, off + DOff(o, d));
+  const Dequant* dq = pre ? q.prefix : q.cache;
+  if (dq == nullptr) return x;
+  const int64_t idx = dq->Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], d);
+  const float scale = cvt::Load(dq->scale, dq->scale_elem, idx);
+  const float offset = dq->offset != nullptr ? cvt::Load(dq->offset, dq->offset_elem, idx) : 0.f;
+  const float sum = x + offset;
+  const float deq = sum * scale;
+  return cvt::RoundToElem(deq, q.qe);
 }
 
 // Prefetches the rows of keys [j0, j1) (row-contiguous storage only): decode streams K and V
@@ -157,10 +202,10 @@ inline void PackKTFast(const FastRows& f, int64_t nk, int64_t D, int64_t row0, f
 // kt[(row0 + d) * TN + n] = channel d of key n, for d < D, n < round_up(nk, W) (zeros past nk).
 inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* off,
                    const uint8_t* pre, int64_t nk, int64_t D, int64_t row0, float* kt,
-                   FastRows* fast) {
+                   FastRows* fast, const TileDq& dq) {
   const int64_t npad = (nk + W - 1) / W * W;
   const int64_t dfull = D / W * W;
-  if (MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+  if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
     switch ((pre[0] ? kv.prefix : kv.cache).elem) {
       case Elem::kF32: PackKTFast<Elem::kF32>(*fast, nk, D, row0, kt); break;
       case Elem::kF16: PackKTFast<Elem::kF16>(*fast, nk, D, row0, kt); break;
@@ -175,7 +220,13 @@ inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* 
           const int64_t n = n0 + i;
           if (n < nk) {
             const Operand& o = pre[n] ? kv.prefix : kv.cache;
-            r[i] = LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0);
+            if (dq.any()) {
+              alignas(64) float t[W];
+              for (int c = 0; c < W; ++c) t[c] = LoadElem(o, dq, n, pre[n], base[n], off[n], d0 + c);
+              r[i] = V::Load(t);
+            } else {
+              r[i] = LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0);
+            }
           } else {
             r[i] = V::Zero();
           }
@@ -191,7 +242,7 @@ inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* 
         float x = 0.f;
         if (n < nk) {
           const Operand& o = pre[n] ? kv.prefix : kv.cache;
-          x = cvt::Load(base[n], o.elem, off[n] + DOff(o, d));
+          x = LoadElem(o, dq, n, pre[n], base[n], off[n], d);
         }
         kt[(row0 + d) * TN + n] = x;
       }
@@ -210,9 +261,9 @@ inline void PackVFast(const FastRows& f, int64_t nk, int64_t dfull, int64_t ld, 
 // v[n * ld + d] = channel d of value n for n < nk, d < ld (zeros past D).
 inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* off,
                   const uint8_t* pre, int64_t nk, int64_t D, int64_t ld, float* v,
-                  FastRows* fast) {
+                  FastRows* fast, const TileDq& dq) {
   const int64_t dfull = D / W * W;
-  if (MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+  if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
     switch ((pre[0] ? kv.prefix : kv.cache).elem) {
       case Elem::kF32: PackVFast<Elem::kF32>(*fast, nk, dfull, ld, v); break;
       case Elem::kF16: PackVFast<Elem::kF16>(*fast, nk, dfull, ld, v); break;
@@ -222,14 +273,20 @@ inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* o
     const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
     for (int64_t n = 0; n < nk; ++n) {
       const Operand& o = pre[n] ? kv.prefix : kv.cache;
-      for (int64_t d0 = 0; d0 < dfull; d0 += W)
-        V::Store(v + n * ld + d0, LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0));
+      for (int64_t d0 = 0; d0 < dfull; d0 += W) {
+        if (dq.any()) {
+          for (int c = 0; c < W; ++c)
+            v[n * ld + d0 + c] = LoadElem(o, dq, n, pre[n], base[n], off[n], d0 + c);
+        } else {
+          V::Store(v + n * ld + d0, LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0));
+        }
+      }
     }
   }
   for (int64_t n = 0; n < nk; ++n) {
     const Operand& o = pre[n] ? kv.prefix : kv.cache;
     float* dst = v + n * ld;
-    for (int64_t d = dfull; d < D; ++d) dst[d] = cvt::Load(base[n], o.elem, off[n] + DOff(o, d));
+    for (int64_t d = dfull; d < D; ++d) dst[d] = LoadElem(o, dq, n, pre[n], base[n], off[n], d);
     for (int64_t d = D; d < ld; ++d) dst[d] = 0.f;
   }
 }
@@ -364,6 +421,112 @@ inline void PvMasked(const float* p, int64_t rows, const uint8_t* vis, int64_t n
 }
 
 // ---------------------------------------------------------------------------------------------
+// Streaming (no-pack) kernels for few rows per work item (decode: the GQA heads of one KV head).
+// With so few rows every K/V byte is used by only a handful of FMAs, so packing the tile costs
+// more than it saves: each K row (D contiguous channels) is converted in registers and dotted
+// with the rows' queries; each V row is converted and accumulated into the rows' outputs.
+// P * V performs exactly the FMAs of Pv in the same order (bitwise equal to the packed path); a
+// score is the same dot product with the channel sum taken in W lane-wise partial sums first.
+
+constexpr int64_t kStreamRows = 16;  // at most this many rows per item take the streaming path
+
+// s[r * TN + n] = q[r] . K[n] for R rows, keys n < nk.
+template <Elem E, int R>
+inline void StreamScoreRows(const FastRows& f, int64_t nk, const float* q, int64_t ldq,
+                            int64_t D, float* s) {
+  const int64_t nd = D / W;
+  for (int64_t n = 0; n < nk; ++n) {
+    typename V::T acc[R];
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) acc[r] = V::Zero();
+    const void* row = f.row[n];
+    for (int64_t k = 0; k < nd; ++k) {
+      const typename V::T x = LoadAt<E>(row, f.doff[k]);
+      OPENFIA_UNROLL
+      for (int r = 0; r < R; ++r) acc[r] = V::Fma(V::Load(q + r * ldq + k * W), x, acc[r]);
+    }
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) s[r * TN + n] = V::ReduceSum(acc[r]);
+  }
+}
+
+template <Elem E, int R>
+inline void StreamScoreTail(int64_t rem, const FastRows& f, int64_t nk, const float* q,
+                            int64_t ldq, int64_t D, float* s) {
+  if constexpr (R > 0) {
+    if (rem == R) return StreamScoreRows<E, R>(f, nk, q, ldq, D, s);
+    StreamScoreTail<E, R - 1>(rem, f, nk, q, ldq, D, s);
+  }
+}
+
+template <Elem E>
+inline void StreamScores(const FastRows& f, int64_t nk, const float* q, int64_t ldq,
+                         int64_t rows, int64_t D, float* s) {
+  constexpr int kR = 8;
+  int64_t r0 = 0;
+  for (; r0 + kR <= rows; r0 += kR)
+    StreamScoreRows<E, kR>(f, nk, q + r0 * ldq, ldq, D, s + r0 * TN);
+  StreamScoreTail<E, kR - 1>(rows - r0, f, nk, q + r0 * ldq, ldq, D, s + r0 * TN);
+}
+
+// acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * V[n][c], R rows, C vectors of channels.
+template <Elem E, int R, int C>
+inline void StreamPvBlock(const float* p, const FastRows& f, int64_t k0, int64_t nk, float* acc,
+                          int64_t lda) {
+  typename V::T a[R][C];
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) a[r][c] = V::Load(acc + r * lda + c * W);
+  for (int64_t n = 0; n < nk; ++n) {
+    typename V::T x[C];
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) x[c] = LoadAt<E>(f.row[n], f.doff[k0 + c]);
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const typename V::T pb = V::Set1(p[r * TN + n]);
+      OPENFIA_UNROLL
+      for (int c = 0; c < C; ++c) a[r][c] = V::Fma(pb, x[c], a[r][c]);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) V::Store(acc + r * lda + c * W, a[r][c]);
+}
+
+template <Elem E, int R>
+inline void StreamPvRows(const float* p, const FastRows& f, int64_t Dv, int64_t nk, float* acc,
+                         int64_t lda) {
+  int64_t c0 = 0;
+  for (; c0 + kCB * W <= Dv; c0 += kCB * W)
+    StreamPvBlock<E, R, kCB>(p, f, c0 / W, nk, acc + c0, lda);
+  for (; c0 < Dv; c0 += W) StreamPvBlock<E, R, 1>(p, f, c0 / W, nk, acc + c0, lda);
+}
+
+template <Elem E, int R>
+inline void StreamPvTail(int64_t rem, const float* p, const FastRows& f, int64_t Dv, int64_t nk,
+                         float* acc, int64_t lda) {
+  if constexpr (R > 0) {
+    if (rem == R) return StreamPvRows<E, R>(p, f, Dv, nk, acc, lda);
+    StreamPvTail<E, R - 1>(rem, p, f, Dv, nk, acc, lda);
+  }
+}
+
+template <Elem E>
+inline void StreamPv(const float* p, int64_t rows, const FastRows& f, int64_t Dv, int64_t nk,
+                     float* acc, int64_t lda) {
+  int64_t r0 = 0;
+  for (; r0 + kRB <= rows; r0 += kRB)
+    StreamPvRows<E, kRB>(p + r0 * TN, f, Dv, nk, acc + r0 * lda, lda);
+  StreamPvTail<E, kRB - 1>(rows - r0, p + r0 * TN, f, Dv, nk, acc + r0 * lda, lda);
+}
+
+inline Elem FastElem(const KvOperand& kv, const uint8_t* pre) {
+  return (pre[0] ? kv.prefix : kv.cache).elem;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The tile loop
 
 inline float ExpScalar(float x) {
@@ -410,7 +573,10 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
     }
   }
 
-  FastRows fast;
+  FastRows fast, fastv;
+  const TileDq kdq = MakeTileDq(p.k, sc.kcoord, w.hk, pe), vdq = MakeTileDq(p.v, sc.vcoord, w.hk, pe);
+  const TileDq rdq = MakeTileDq(p.k_rope, sc.kcoord, w.hk, pe);
+  const bool stream_ok = rows <= kStreamRows && p.d_rope == 0 && D % W == 0 && Dv % W == 0;
   const int64_t tile0 = w.j0 / TN * TN;
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
     const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
@@ -428,18 +594,34 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       }
     }
     for (int64_t n = 0; n < nk; ++n) {
-      ResolveKey(p, p.k, b, w.hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n]);
-      ResolveKey(p, p.v, b, w.hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n]);
+      ResolveKey(p, p.k, b, w.hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n],
+                 sc.kcoord + 2 * n);
+      ResolveKey(p, p.v, b, w.hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n],
+                 sc.vcoord + 2 * n);
       if (p.d_rope > 0)
-        ResolveKey(p, p.k_rope, b, w.hk, jt0 + n, &sc.rbase[n], &sc.roff[n], &sc.kpre[n]);
+        ResolveKey(p, p.k_rope, b, w.hk, jt0 + n, &sc.rbase[n], &sc.roff[n], &sc.kpre[n],
+                   sc.kcoord + 2 * n);
     }
-    PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast);
-    if (p.d_rope > 0)
-      PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast);
-    PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast);
-    const bool v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
-
-    Scores(sc.q, ldq, rows, sc.kt, D, npad, sc.s);
+    // Streaming path: few rows, a fully visible tile (so no masked cell can meet a non-finite
+    // value), no rope, whole vectors of channels, both K and V vector-contiguous.
+    const bool stream = stream_ok && full && !kdq.any() && !vdq.any() &&
+                        MakeFastRows(p.k, sc.kbase, sc.koff, sc.kpre, nk, D, &fast) &&
+                        MakeFastRows(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, &fastv);
+    bool v_bad = false;
+    if (stream) {
+      switch (FastElem(p.k, sc.kpre)) {
+        case Elem::kF32: StreamScores<Elem::kF32>(fast, nk, sc.q, ldq, rows, D, sc.s); break;
+        case Elem::kF16: StreamScores<Elem::kF16>(fast, nk, sc.q, ldq, rows, D, sc.s); break;
+        default: StreamScores<Elem::kBF16>(fast, nk, sc.q, ldq, rows, D, sc.s); break;
+      }
+    } else {
+      PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq);
+      if (p.d_rope > 0)
+        PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq);
+      PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq);
+      v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
+      Scores(sc.q, ldq, rows, sc.kt, D, npad, sc.s);
+    }
 
     if (!full) {  // element visibility of the boundary tile, shared by the heads of a query
       for (int64_t qi = 0; qi < nq; ++qi) {
@@ -500,7 +682,16 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       }
     }
 
-    if (!full && v_bad) {
+    if (stream) {
+      switch (FastElem(p.v, sc.kpre)) {
+        case Elem::kF32: StreamPv<Elem::kF32>(sc.s, rows, fastv, Dv, nk, out.acc, out.acc_stride);
+          break;
+        case Elem::kF16: StreamPv<Elem::kF16>(sc.s, rows, fastv, Dv, nk, out.acc, out.acc_stride);
+          break;
+        default: StreamPv<Elem::kBF16>(sc.s, rows, fastv, Dv, nk, out.acc, out.acc_stride);
+          break;
+      }
+    } else if (!full && v_bad) {
       PvMasked(sc.s, rows, sc.vis, nq, sc.v, ldv, nk, out.acc, out.acc_stride);
     } else {
       Pv(sc.s, rows, sc.v, ldv, nk, out.acc, out.acc_stride);

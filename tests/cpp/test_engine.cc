@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -96,9 +97,13 @@ void Compare(Case& c, const std::vector<uint8_t>& ref_out, const std::vector<flo
   EXPECT_EQ(bad, 0) << what;
 }
 
-void RunCase(const CaseSpec& spec) {
+// `mutate` may rewrite the built problem (e.g. quantize its KV); `oracle` = false compares with
+// the fp64 reference only (the test's oracle knows no antiquant).
+void RunCase(const CaseSpec& spec, const std::function<void(Case&)>& mutate = {},
+             bool oracle = true) {
   SettingsGuard guard;
   Case c(spec);
+  if (mutate) mutate(c);
   std::string why;
   ASSERT_TRUE(EngineSupports(c.problem(), &why)) << why;
   // The fp64 reference is the contract; the test's own oracle is a second, independent opinion.
@@ -107,7 +112,7 @@ void RunCase(const CaseSpec& spec) {
   const std::vector<uint8_t> ref_out(c.out(), c.out() + c.out_bytes());
   const std::vector<float> ref_lse = c.lse();
   c.ResetOutputs();
-  Oracle(c.problem());
+  if (oracle) Oracle(c.problem());
   const std::vector<uint8_t> oracle_out(c.out(), c.out() + c.out_bytes());
   const std::vector<float> oracle_lse = c.lse();
   for (const std::string& target : Targets()) {
@@ -122,7 +127,7 @@ void RunCase(const CaseSpec& spec) {
       const std::string what = target + " x" + std::to_string(threads);
       if (threads == 1) {
         Compare(c, ref_out, ref_lse, what + " vs reference");
-        Compare(c, oracle_out, oracle_lse, what + " vs oracle");
+        if (oracle) Compare(c, oracle_out, oracle_lse, what + " vs oracle");
         first_out.assign(c.out(), c.out() + c.out_bytes());
         first_lse = c.lse();
       } else {
@@ -316,6 +321,116 @@ TEST(Engine, SplitKvDecode) {
     s.kv_len = {3001, 1500};
     s.sinks = e == Elem::kF16;
     RunCase(s);
+  }
+}
+
+// Decode shapes (few rows per work item) take the streaming no-pack path: every KV dtype,
+// contiguous and paged, a shared prefix, pse, sinks and a row count just above/below the limit.
+TEST(Engine, StreamingDecode) {
+  for (Elem e : {Elem::kBF16, Elem::kF16, Elem::kF32}) {
+    for (int64_t block : {0, 32}) {
+      CaseSpec s;
+      s.qe = s.oe = e;
+      s.h_q = 8;
+      s.h_kv = 2;
+      s.d_qk = 64;
+      s.d_v = 32;
+      s.block = block;
+      s.batch = 2;
+      s.prefix = block ? 0 : 19;
+      s.q_len = {1, 4};
+      s.kv_len = {300, 129};
+      s.pse = block ? Elem::kU8 : Elem::kF32;
+      s.sinks = block != 0;
+      RunCase(s);
+    }
+  }
+  CaseSpec s;  // 17 rows per item: just over the streaming limit, same answers
+  s.h_q = 17;
+  s.h_kv = 1;
+  s.d_qk = 32;
+  s.d_v = 32;
+  s.q_len = {1};
+  s.kv_len = {200};
+  RunCase(s);
+}
+
+// Replaces the float cache of `kv` (D channels) by int8 / int4 codes at the same element
+// strides with a Dequant of `kind`, so that |(x + offset) * scale| <= amp. `keep` owns the buffers.
+void Quantize(Problem& p, KvOperand& kv, int64_t D, Elem e, Dequant::Kind kind, bool with_offset,
+              float amp, std::vector<std::vector<uint8_t>>& keep, std::mt19937& rng) {
+  Operand& o = kv.cache;
+  int64_t nb = p.batch, ns = 0;  // storage (b, s) extents
+  if (p.paged) {
+    nb = 0;
+    for (int64_t i = 0; i < p.batch * p.bt_stride; ++i)
+      nb = std::max<int64_t>(nb, p.block_table[i] + 1);
+    ns = p.block_size;
+  } else {
+    for (int64_t b = 0; b < p.batch; ++b) ns = std::max(ns, p.kv_begin[b] + p.kv_len[b]);
+  }
+  const int64_t extent = o.sb * (nb - 1) + o.sh * (p.h_kv - 1) + o.ss * (ns - 1) + D;
+  keep.emplace_back(e == Elem::kI4 ? (extent + 1) / 2 : extent);
+  for (auto& x : keep.back()) x = static_cast<uint8_t>(rng() & 0xFF);
+  o.data = keep.back().data();
+  o.elem = e;
+  Dequant& dq = kv.dequant;
+  dq.kind = kind;
+  int64_t n = 1;
+  switch (kind) {
+    case Dequant::Kind::kPerChannel: dq.sh = D; dq.sd = 1; n = p.h_kv * D; break;
+    case Dequant::Kind::kPerToken: dq.sb = ns; dq.ss = 1; n = nb * ns; break;
+    case Dequant::Kind::kPerTokenHead:
+      dq.sb = p.h_kv * ns; dq.sh = ns; dq.ss = 1; n = nb * p.h_kv * ns; break;
+    default: break;  // per-tensor: every stride 0
+  }
+  const float qmax = e == Elem::kI4 ? 8.f : 128.f, omax = e == Elem::kI4 ? 2.f : 4.f;
+  std::uniform_real_distribution<float> u(0.5f, 1.f), uo(-omax, omax);
+  // Scales as bf16 (exercises a non-f32 scale dtype), offsets as f32.
+  keep.emplace_back(n * 2);
+  for (int64_t i = 0; i < n; ++i)
+    cvt::Store(keep.back().data(), Elem::kBF16, i, u(rng) * amp / (qmax + omax));
+  dq.scale = keep.back().data();
+  dq.scale_elem = Elem::kBF16;
+  if (with_offset) {
+    keep.emplace_back(n * 4);
+    for (int64_t i = 0; i < n; ++i) cvt::Store(keep.back().data(), Elem::kF32, i, uo(rng));
+    dq.offset = keep.back().data();
+    dq.offset_elem = Elem::kF32;
+  }
+}
+
+// Antiquant: int8 / int4 K and V dequantized in the engine's packing, every granularity,
+// contiguous and paged, with a float shared prefix in front, against the fp64 reference.
+TEST(Engine, Antiquant) {
+  using K = Dequant::Kind;
+  int variant = 0;
+  for (Elem e : {Elem::kI8, Elem::kI4}) {
+    for (K kind : {K::kPerTensor, K::kPerChannel, K::kPerToken, K::kPerTokenHead}) {
+      ++variant;
+      CaseSpec s;
+      s.qe = s.oe = variant % 3 == 0 ? Elem::kF16 : Elem::kBF16;
+      s.h_q = 8;
+      s.h_kv = 2;
+      s.d_qk = 32;
+      s.d_v = 16;
+      s.block = variant % 2 ? 16 : 0;
+      s.prefix = variant == 4 ? 5 : 0;
+      s.batch = 2;
+      s.q_len = {1, 5};
+      s.kv_len = {150, 70};
+      s.seed = variant;
+      std::vector<std::vector<uint8_t>> keep;
+      RunCase(
+          s,
+          [&](Case& c) {
+            std::mt19937 rng(variant);
+            Problem& p = c.problem();
+            Quantize(p, p.k, s.d_qk, e, kind, variant % 2 == 0, 1.f, keep, rng);
+            Quantize(p, p.v, s.d_v, e, kind, true, 1.f, keep, rng);
+          },
+          false);
+    }
   }
 }
 
