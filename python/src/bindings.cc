@@ -15,14 +15,17 @@
 
 namespace nb = nanobind;
 using openfia::py::BindingError;
-using IntField;
+using openfia::py::Compute;
+using openfia::py::IntField;
 using openfia::py::Keepalive;
-using SetTableField;
-using TensorField;
-using ToIntList;
-using openfia::py::ToView;
-using ToViewList;
-using UnexpectedKeyword;
+using openfia::py::Output;
+using openfia::py::OutputSpecDict;
+using openfia::py::OutputSpecOf;
+using openfia::py::SetTableField;
+using openfia::py::TensorField;
+using openfia::py::ToIntList;
+using openfia::py::ToViewList;
+using openfia::py::UnexpectedKeyword;
 
 void RegisterKvqsfa(nb::module_& m);  // bindings_kvqsfa.cc
 void RegisterSas(nb::module_& m);     // bindings_sas.cc: SparseAttnSharedkv(Metadata)
@@ -134,15 +137,10 @@ NB_MODULE(_openfia, m) {
   m.def(
       "fia_output_spec",
       [](const nb::kwargs& kw) {
-        Keepalive keep;
-        const openfia::FiaArgs args = BuildArgs(kw, keep);
-        openfia::FiaOutputSpec spec;
-        {
-          nb::gil_scoped_release release;
-          spec = openfia::FusedInferAttentionScoreOutputSpec(args);
-        }
-        return openfia::py::OutputSpecDict(spec.attention_out_sizes, spec.attention_out_dtype,
-                                            &spec.softmax_lse_sizes);
+        const openfia::FiaOutputSpec spec =
+            OutputSpecOf(BuildArgs, kw, openfia::FusedInferAttentionScoreOutputSpec);
+        return OutputSpecDict(spec.attention_out_sizes, spec.attention_out_dtype,
+                              &spec.softmax_lse_sizes);
       },
       "Validates the arguments (torch_npu names, tensors via DLPack) and returns the output "
       "shapes and dtypes: {attention_out_sizes, attention_out_dtype, softmax_lse_sizes, "
@@ -151,14 +149,8 @@ NB_MODULE(_openfia, m) {
   m.def(
       "fia",
       [](nb::handle out, nb::handle lse, const nb::kwargs& kw) {
-        Keepalive keep;
-        const openfia::FiaArgs args = BuildArgs(kw, keep);
-        const openfia::TensorView out_view = ToView(out, "attention_out", keep);
-        const openfia::TensorView lse_view = ToView(lse, "softmax_lse", keep);
-        // The views point into buffers the caller keeps alive (and `keep` pins); compute does not
-        // touch Python objects, so other Python threads run meanwhile.
-        nb::gil_scoped_release release;
-        openfia::FusedInferAttentionScore(args, out_view, lse_view);
+        Compute(BuildArgs, kw, openfia::FusedInferAttentionScore, Output{out, "attention_out"},
+                Output{lse, "softmax_lse"});
       },
       nb::arg("out"), nb::arg("lse").none(), nb::arg("kwargs"),
       "Computes FusedInferAttentionScore into `out` (and `lse`; None when softmax_lse_flag is "

@@ -15,8 +15,12 @@
 #include "tensor_convert.h"
 
 namespace nb = nanobind;
+using openfia::py::Compute;
 using openfia::py::IntField;
 using openfia::py::Keepalive;
+using openfia::py::Output;
+using openfia::py::OutputSpecDict;
+using openfia::py::OutputSpecOf;
 using openfia::py::SetTableField;
 using openfia::py::TensorField;
 using openfia::py::ToView;
@@ -88,14 +92,9 @@ void RegisterKvqsfa(nb::module_& m) {
   m.def(
       "kvqsfa_output_spec",
       [](const nb::kwargs& kw) {
-        Keepalive keep;
-        const openfia::KvqsfaArgs args = KvqArgs(kw, keep);
-        openfia::KvqsfaOutputSpec spec;
-        {
-          nb::gil_scoped_release release;
-          spec = openfia::KvQuantSparseFlashAttentionOutputSpec(args);
-        }
-        return openfia::py::OutputSpecDict(spec.attention_out_sizes, spec.attention_out_dtype);
+        const openfia::KvqsfaOutputSpec spec =
+            OutputSpecOf(KvqArgs, kw, openfia::KvQuantSparseFlashAttentionOutputSpec);
+        return OutputSpecDict(spec.attention_out_sizes, spec.attention_out_dtype);
       },
       "Validates npu_kv_quant_sparse_flash_attention arguments (torch_npu names; key_hifloat8 / "
       "value_hifloat8 mark 1-byte storage holding hifloat8) and returns "
@@ -103,11 +102,7 @@ void RegisterKvqsfa(nb::module_& m) {
   m.def(
       "kvqsfa",
       [](nb::handle out, const nb::kwargs& kw) {
-        Keepalive keep;
-        const openfia::KvqsfaArgs args = KvqArgs(kw, keep);
-        const openfia::TensorView out_view = ToView(out, "attention_out", keep);
-        nb::gil_scoped_release release;
-        openfia::KvQuantSparseFlashAttention(args, out_view);
+        Compute(KvqArgs, kw, openfia::KvQuantSparseFlashAttention, Output{out, "attention_out"});
       },
       nb::arg("out"), nb::arg("kwargs"),
       "Computes KvQuantSparseFlashAttention into `out`, a contiguous tensor of the shape and "

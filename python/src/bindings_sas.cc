@@ -14,11 +14,14 @@
 #include "tensor_convert.h"
 
 namespace nb = nanobind;
+using openfia::py::Compute;
 using openfia::py::IntField;
 using openfia::py::Keepalive;
+using openfia::py::Output;
+using openfia::py::OutputSpecDict;
+using openfia::py::OutputSpecOf;
 using openfia::py::SetTableField;
 using openfia::py::TensorField;
-using openfia::py::ToView;
 using openfia::py::UnexpectedKeyword;
 
 namespace {
@@ -113,49 +116,33 @@ void RegisterSas(nb::module_& m) {
   m.def(
       "sas_output_spec",
       [](const nb::kwargs& kw) {
-        Keepalive keep;
-        const openfia::SasArgs args = BuildSasArgs(kw, keep);
-        openfia::SasOutputSpec spec;
-        {
-          nb::gil_scoped_release release;
-          spec = openfia::SparseAttnSharedkvOutputSpec(args);
-        }
-        return openfia::py::OutputSpecDict(spec.attention_out_sizes, spec.attention_out_dtype,
-                                            &spec.softmax_lse_sizes);
+        const openfia::SasOutputSpec spec =
+            OutputSpecOf(BuildSasArgs, kw, openfia::SparseAttnSharedkvOutputSpec);
+        return OutputSpecDict(spec.attention_out_sizes, spec.attention_out_dtype,
+                              &spec.softmax_lse_sizes);
       },
       "Validates npu_sparse_attn_sharedkv arguments (custom-op names) and returns the output "
       "shapes and dtypes.");
   m.def(
       "sas",
       [](nb::handle out, nb::handle lse, const nb::kwargs& kw) {
-        Keepalive keep;
-        const openfia::SasArgs args = BuildSasArgs(kw, keep);
-        const openfia::TensorView out_view = ToView(out, "attention_out", keep);
-        const openfia::TensorView lse_view = ToView(lse, "softmax_lse", keep);
-        nb::gil_scoped_release release;
-        openfia::SparseAttnSharedkv(args, out_view, lse_view);
+        Compute(BuildSasArgs, kw, openfia::SparseAttnSharedkv, Output{out, "attention_out"},
+                Output{lse, "softmax_lse"});
       },
       nb::arg("out"), nb::arg("lse").none(), nb::arg("kwargs"),
       "Computes SparseAttnSharedkv into `out` and `lse` (contiguous, sas_output_spec shapes).");
   m.def(
       "sas_metadata",
       [](nb::handle out, const nb::kwargs& kw) {
-        Keepalive keep;
-        const openfia::SasMetadataArgs args = BuildSasMetadataArgs(kw, keep);
-        const openfia::TensorView out_view = ToView(out, "metadata", keep);
-        nb::gil_scoped_release release;
-        openfia::SparseAttnSharedkvMetadata(args, out_view);
+        Compute(BuildSasMetadataArgs, kw, openfia::SparseAttnSharedkvMetadata,
+                Output{out, "metadata"});
       },
       nb::arg("out"), nb::arg("kwargs"),
       "Writes the SparseAttnSharedkv plan into `out` (int32 [1024], contiguous).");
   m.def(
       "verify_sas_metadata",
       [](nb::handle metadata, const nb::kwargs& kw) {
-        Keepalive keep;
-        const openfia::SasMetadataArgs args = BuildSasMetadataArgs(kw, keep);
-        const openfia::TensorView view = ToView(metadata, "metadata", keep);
-        nb::gil_scoped_release release;
-        openfia::VerifySasMetadata(args, view);
+        Compute(BuildSasMetadataArgs, kw, openfia::VerifySasMetadata, Output{metadata, "metadata"});
       },
       nb::arg("metadata"), nb::arg("kwargs"),
       "Raises OpenfiaError unless `metadata` was made for these metadata arguments and covers "

@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "openfia/openfia.h"
@@ -82,5 +83,39 @@ bool SetTableField(Args& a, const std::string& name, nb::handle v,
 // {softmax_lse_sizes, softmax_lse_dtype = "float32"}: what the Python front ends allocate.
 nb::dict OutputSpecDict(const std::vector<int64_t>& out_sizes, DType out_dtype,
                         const std::vector<int64_t>* lse_sizes = nullptr);
+
+// A caller-allocated output of a compute binding: the Python object and its argument name.
+struct Output {
+  nb::handle obj;
+  const char* name;
+};
+
+// The arguments builder of one operator: keyword arguments -> its arguments struct.
+template <typename Args>
+using ArgsBuilder = Args (*)(const nb::kwargs& kw, Keepalive& keep);
+
+// Builds the arguments from `kw` and returns `spec_fn(args)`, run with the GIL released (the
+// library touches no Python object; `keep` pins the buffers the views point into).
+template <typename Args, typename SpecFn>
+auto OutputSpecOf(ArgsBuilder<Args> build, const nb::kwargs& kw, SpecFn spec_fn) {
+  Keepalive keep;
+  const Args args = build(kw, keep);
+  nb::gil_scoped_release release;
+  return spec_fn(args);
+}
+
+// Builds the arguments from `kw`, converts the outputs (in order: their errors come in that
+// order) and runs `op(args, output views...)` with the GIL released, so other Python threads
+// run meanwhile.
+template <typename Args, typename Op, typename... Outputs>
+void Compute(ArgsBuilder<Args> build, const nb::kwargs& kw, Op op, const Outputs&... outputs) {
+  Keepalive keep;
+  const Args args = build(kw, keep);
+  // A braced list evaluates left to right, so the outputs are checked in the order given.
+  const TensorView views[] = {ToView(outputs.obj, outputs.name, keep)...};
+  nb::gil_scoped_release release;
+  [&]<size_t... I>(std::index_sequence<I...>) { op(args, views[I]...); }
+  (std::index_sequence_for<Outputs...>{});
+}
 
 }  // namespace openfia::py
