@@ -7,7 +7,8 @@
 Tensors are CPU torch tensors (any strides); outputs are new contiguous tensors. Every invalid
 call raises openfia.OpenfiaError (a ValueError) whose message is the C++ library's. The same
 operator is registered as torch.ops.openfia.npu_fused_infer_attention_score (torch.compile
-works), and patch_torch_npu() makes torch_npu.npu_fused_infer_attention_score run openfia.
+works), and patch_torch_npu() makes torch_npu.npu_fused_infer_attention_score (and the other
+operators' upstream names, torch.ops.npu.* / torch.ops.custom.* included) run openfia.
 
 torch is optional at import time: the runtime settings work without it.
 """
@@ -241,15 +242,20 @@ _DEFAULTS = _signature_defaults()
 
 def patch_torch_npu():
     """Makes Ascend code run unchanged on a CPU: afterwards `import torch_npu` yields a module
-    whose npu_fused_infer_attention_score is openfia's, and
-    torch.ops.npu.npu_fused_infer_attention_score runs openfia on CPU tensors. With a real
-    torch_npu installed, its function is replaced and a CPU kernel is added to its op.
+    whose npu_fused_infer_attention_score, npu_kv_quant_sparse_flash_attention,
+    npu_sparse_attn_sharedkv and npu_sparse_attn_sharedkv_metadata are openfia's, and the
+    operators run openfia on CPU tensors where upstream code calls them:
+    torch.ops.npu.npu_fused_infer_attention_score,
+    torch.ops.npu.npu_kv_quant_sparse_flash_attention, torch.ops.custom.npu_sparse_attn_sharedkv
+    and torch.ops.custom.npu_sparse_attn_sharedkv_metadata (the CANN custom-op package's
+    namespace). With a real torch_npu (or custom-op package) installed, its functions are
+    replaced and a CPU kernel is added to its ops.
     Returns the torch_npu module."""
     import importlib
     import sys
     import types
 
-    from . import torch_ops
+    from . import kvqsfa, sas, torch_ops
 
     mod = sys.modules.get("torch_npu")
     if mod is None:
@@ -260,6 +266,9 @@ def patch_torch_npu():
             mod.__doc__ = "openfia stand-in for torch_npu (openfia.patch_torch_npu())"
             sys.modules["torch_npu"] = mod
     mod.npu_fused_infer_attention_score = npu_fused_infer_attention_score
+    mod.npu_kv_quant_sparse_flash_attention = kvqsfa.npu_kv_quant_sparse_flash_attention
+    mod.npu_sparse_attn_sharedkv = sas.npu_sparse_attn_sharedkv
+    mod.npu_sparse_attn_sharedkv_metadata = sas.npu_sparse_attn_sharedkv_metadata
     torch_ops.register_npu_namespace()
     return mod
 

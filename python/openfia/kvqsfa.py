@@ -132,8 +132,8 @@ def _native_kwargs(query, key, value, sparse_indices, scale_value, key_quant_mod
 _TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def _eager(query, key, value, sparse_indices, scale_value, key_quant_mode, value_quant_mode,
-           **kw):
+def cpu_kernel(query, key, value, sparse_indices, scale_value, key_quant_mode, value_quant_mode,
+               **kw):
     kw = {**_DEFAULTS, **kw}
     nkw = _native_kwargs(query, key, value, sparse_indices, scale_value, key_quant_mode,
                          value_quant_mode, kw)
@@ -156,7 +156,7 @@ def define_op(lib, namespace):
     """Defines <namespace>::npu_kv_quant_sparse_flash_attention in torch.library `lib` with the
     CPU kernel and a fake kernel (torch.compile). Called by openfia.torch_ops."""
     lib.define(NAME + _SCHEMA)
-    lib.impl(NAME, _eager, "CPU")
+    lib.impl(NAME, cpu_kernel, "CPU")
     torch.library.register_fake(f"{namespace}::{NAME}", _fake, lib=lib)
 
 
@@ -183,7 +183,7 @@ def npu_kv_quant_sparse_flash_attention(query, key, value, sparse_indices, scale
     key_dtype = _dtype_code(key_dtype, "key_dtype")
     value_dtype = _dtype_code(value_dtype, "value_dtype")
     op = getattr(torch.ops.openfia, NAME, None)
-    call = op.default if op is not None else _eager
+    call = op.default if op is not None else cpu_kernel
     return call(query, key, value, sparse_indices, float(scale_value), int(key_quant_mode),
                 int(value_quant_mode), key_dequant_scale=key_dequant_scale,
                 value_dequant_scale=value_dequant_scale, block_table=block_table,

@@ -9,7 +9,9 @@
                                         metadata=metadata, cmp_ratio=4, layout_q="TND")
 
 Semantics: docs/sparse_attn_sharedkv.md. Tensors are CPU torch tensors; outputs are new
-contiguous tensors. Invalid calls raise openfia.OpenfiaError (a ValueError).
+contiguous tensors. Invalid calls raise openfia.OpenfiaError (a ValueError). Both functions are
+also torch.library operators: torch.ops.openfia.* (defined by openfia.torch_ops) and, after
+openfia.patch_torch_npu(), torch.ops.custom.* (where DeepSeek-V4 code calls them).
 """
 from __future__ import annotations
 
@@ -131,3 +133,76 @@ def npu_sparse_attn_sharedkv(
     lse = torch.zeros(spec["softmax_lse_sizes"], dtype=torch.float32)
     _openfia.sas(out, lse, **kw)
     return out, lse
+
+
+# ---- torch.library registration ----------------------------------------------------------------
+
+NAME = "npu_sparse_attn_sharedkv"
+METADATA_NAME = "npu_sparse_attn_sharedkv_metadata"
+
+# The signatures above as operator schemas. Arguments the functions accept as None (softmax_scale,
+# cmp_ratio, the metadata sizes) are optional ints/floats; `device` is the custom op's str; the
+# metadata op's num_workers is openfia's extension (see npu_sparse_attn_sharedkv_metadata).
+_SCHEMA = (
+    "(Tensor q, *, Tensor? ori_kv=None, Tensor? cmp_kv=None, Tensor? ori_sparse_indices=None, "
+    "Tensor? cmp_sparse_indices=None, Tensor? ori_block_table=None, "
+    "Tensor? cmp_block_table=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_ori_kv=None, "
+    "Tensor? cu_seqlens_cmp_kv=None, Tensor? seqused_q=None, Tensor? seqused_kv=None, "
+    "Tensor? sinks=None, Tensor? metadata=None, float? softmax_scale=None, "
+    "int? cmp_ratio=None, int ori_mask_mode=4, int cmp_mask_mode=3, int ori_win_left=127, "
+    "int ori_win_right=0, str layout_q=\"BSND\", str layout_kv=\"PA_ND\", "
+    "bool return_softmax_lse=False) -> (Tensor, Tensor)"
+)
+_METADATA_SCHEMA = (
+    "(int num_heads_q, int num_heads_kv, int head_dim, *, Tensor? cu_seqlens_q=None, "
+    "Tensor? cu_seqlens_ori_kv=None, Tensor? cu_seqlens_cmp_kv=None, Tensor? seqused_q=None, "
+    "Tensor? seqused_kv=None, int? batch_size=0, int? max_seqlen_q=0, int? max_seqlen_kv=0, "
+    "int? ori_topk=0, int? cmp_topk=0, int? cmp_ratio=-1, int ori_mask_mode=4, "
+    "int cmp_mask_mode=3, int ori_win_left=127, int ori_win_right=0, str layout_q=\"BSND\", "
+    "str layout_kv=\"PA_ND\", bool has_ori_kv=True, bool has_cmp_kv=True, str? device=None, "
+    "int? num_workers=None) -> Tensor"
+)
+
+
+def cpu_kernel(q, **kw):
+    # The dispatcher passes only the keyword arguments that differ from the schema's defaults,
+    # which are the function's.
+    return npu_sparse_attn_sharedkv(q, **kw)
+
+
+def metadata_cpu_kernel(num_heads_q, num_heads_kv, head_dim, **kw):
+    return npu_sparse_attn_sharedkv_metadata(num_heads_q, num_heads_kv, head_dim, **kw)
+
+
+def _fake(q, *, ori_kv=None, cmp_kv=None, layout_q="BSND", return_softmax_lse=False, **_):
+    """Output shapes from shapes alone, as SparseAttnSharedkvOutputSpec: out is q's shape and
+    dtype; lse [N2, T, G] (TND) or [B, N2, S1, G] (BSND) with G = N1 / N2 when
+    return_softmax_lse, else [1]. The caches are [blocks, block_size, N2, D]."""
+    kv = ori_kv if ori_kv is not None else cmp_kv
+    n2 = kv.shape[-2] if kv is not None and kv.dim() == 4 else 1
+    if not return_softmax_lse:
+        lse = [1]
+    elif layout_q == "TND":
+        lse = [n2, q.shape[0], q.shape[1] // n2]
+    else:
+        lse = [q.shape[0], n2, q.shape[1], q.shape[2] // n2]
+    return q.new_empty(q.shape), q.new_empty(lse, dtype=torch.float32)
+
+
+def _metadata_fake(num_heads_q, num_heads_kv, head_dim, **_):
+    return torch.empty(1024, dtype=torch.int32)
+
+
+def define_ops(lib, namespace, names=(NAME, METADATA_NAME)):
+    """Defines <namespace>::npu_sparse_attn_sharedkv(_metadata) (those of `names`) in
+    torch.library `lib` with the CPU kernel and a fake kernel (torch.compile). The metadata op
+    may have no tensor argument at all, so its kernel is CompositeExplicitAutograd (a CPU kernel
+    would never be selected for a call without tensors)."""
+    if NAME in names:
+        lib.define(NAME + _SCHEMA)
+        lib.impl(NAME, cpu_kernel, "CPU")
+        torch.library.register_fake(f"{namespace}::{NAME}", _fake, lib=lib)
+    if METADATA_NAME in names:
+        lib.define(METADATA_NAME + _METADATA_SCHEMA)
+        lib.impl(METADATA_NAME, metadata_cpu_kernel, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{namespace}::{METADATA_NAME}", _metadata_fake, lib=lib)

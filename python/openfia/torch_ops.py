@@ -122,28 +122,47 @@ def _define(lib, namespace):
         torch.library.register_fake(qual, _fake_kernel, lib=lib)
 
 
+from . import kvqsfa as _kvqsfa  # noqa: E402
+from . import sas as _sas  # noqa: E402
+
 _lib = torch.library.Library("openfia", "DEF")
 _define(_lib, "openfia")
-from .kvqsfa import define_op as _define_kvqsfa  # noqa: E402
-_define_kvqsfa(_lib, "openfia")
+_kvqsfa.define_op(_lib, "openfia")
+_sas.define_ops(_lib, "openfia")
 
-_npu_lib = None
+# Libraries made by register_npu_namespace (kept alive: dropping one removes its registrations).
+_patch_libs = {}
 
 
-def register_npu_namespace():
-    """torch.ops.npu.npu_fused_infer_attention_score -> openfia on CPU tensors. Defines the op
-    when no torch_npu registered it, else adds openfia as its CPU kernel. Idempotent."""
-    global _npu_lib
-    if _npu_lib is not None:
+def _register_op(namespace, name, define, impl_cpu):
+    """torch.ops.<namespace>.<name> -> openfia on CPU tensors: `define(lib, namespace)` defines
+    the op when nobody registered it, else `impl_cpu(lib)` adds openfia as the CPU kernel of the
+    existing op (a real torch_npu or custom-op package). Idempotent."""
+    if (namespace, name) in _patch_libs:
         return
     try:
-        existing = getattr(torch.ops.npu, _NAME)
+        existing = getattr(getattr(torch.ops, namespace), name)
     except (AttributeError, RuntimeError):
         existing = None
     if existing is None:
-        lib = torch.library.Library("npu", "FRAGMENT")
-        _define(lib, "npu")
+        lib = torch.library.Library(namespace, "FRAGMENT")
+        define(lib, namespace)
     else:
-        lib = torch.library.Library("npu", "IMPL")
-        lib.impl(_NAME, _cpu_kernel, "CPU")
-    _npu_lib = lib
+        lib = torch.library.Library(namespace, "IMPL")
+        impl_cpu(lib)
+    _patch_libs[(namespace, name)] = lib
+
+
+def register_npu_namespace():
+    """The upstream operator names -> openfia on CPU tensors, as torch_npu and the CANN custom-op
+    package register them: torch.ops.npu.npu_fused_infer_attention_score (both overloads),
+    torch.ops.npu.npu_kv_quant_sparse_flash_attention, and torch.ops.custom.npu_sparse_attn_sharedkv
+    and .npu_sparse_attn_sharedkv_metadata (DeepSeek-V4 calls them there). Idempotent."""
+    _register_op("npu", _NAME, _define, lambda lib: lib.impl(_NAME, _cpu_kernel, "CPU"))
+    _register_op("npu", _kvqsfa.NAME, _kvqsfa.define_op,
+                 lambda lib: lib.impl(_kvqsfa.NAME, _kvqsfa.cpu_kernel, "CPU"))
+    for name, kernel in ((_sas.NAME, _sas.cpu_kernel),
+                         (_sas.METADATA_NAME, _sas.metadata_cpu_kernel)):
+        _register_op("custom", name,
+                     lambda lib, ns, name=name: _sas.define_ops(lib, ns, names=(name,)),
+                     lambda lib, name=name, kernel=kernel: lib.impl(name, kernel, "CPU"))

@@ -9,74 +9,24 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "openfia/openfia.h"
+#include "tensor_convert.h"
 
 namespace nb = nanobind;
+using openfia::py::Compute;
+using openfia::py::IntField;
+using openfia::py::Keepalive;
+using openfia::py::Output;
+using openfia::py::OutputSpecDict;
+using openfia::py::OutputSpecOf;
+using openfia::py::SetTableField;
+using openfia::py::TensorField;
+using openfia::py::UnexpectedKeyword;
 
 namespace {
 
-using Array = nb::ndarray<nb::ro>;
-
-[[noreturn]] void SasBindingError(const std::string& msg) { throw nb::value_error(msg.c_str()); }
-
-openfia::DType SasDType(const nb::dlpack::dtype& t, const char* name) {
-  using openfia::DType;
-  using Code = nb::dlpack::dtype_code;
-  const auto code = static_cast<Code>(t.code);
-  if (t.lanes == 1) {
-    if (code == Code::Float && t.bits == 32) return DType::kFloat32;
-    if (code == Code::Float && t.bits == 16) return DType::kFloat16;
-    if (code == Code::Bfloat && t.bits == 16) return DType::kBFloat16;
-    if (code == Code::Int && t.bits == 8) return DType::kInt8;
-    if (code == Code::UInt && t.bits == 8) return DType::kUInt8;
-    if (code == Code::Bool && t.bits == 8) return DType::kBool;
-    if (code == Code::Int && t.bits == 32) return DType::kInt32;
-    if (code == Code::Int && t.bits == 64) return DType::kInt64;
-  }
-  SasBindingError(std::string("openfia: argument '") + name + "': dtype (DLPack code " +
-                  std::to_string(t.code) + ", " + std::to_string(t.bits) +
-                  " bits) has no openfia equivalent");
-}
-
-// Pins the ndarrays (and their producers' buffers) while a call uses their views.
-struct SasKeep {
-  std::vector<Array> arrays;
-};
-
-openfia::TensorView SasView(nb::handle obj, const char* name, SasKeep& keep) {
-  if (obj.is_none()) return {};
-  Array a;
-  if (!nb::try_cast<Array>(obj, a))
-    SasBindingError(std::string("openfia: argument '") + name +
-                    "': expected a tensor supporting DLPack");
-  if (a.device_type() != nb::device::cpu::value)
-    SasBindingError(std::string("openfia: argument '") + name + "': must be a CPU tensor");
-  std::vector<int64_t> sizes(a.ndim()), strides(a.ndim());
-  for (size_t i = 0; i < a.ndim(); ++i) {
-    sizes[i] = static_cast<int64_t>(a.shape(i));
-    strides[i] = static_cast<int64_t>(a.stride(i));
-  }
-  openfia::TensorView v(const_cast<void*>(a.data()), SasDType(a.dtype(), name), std::move(sizes),
-                        std::move(strides));
-  keep.arrays.push_back(std::move(a));
-  return v;
-}
-
-template <typename Args>
-struct TensorField {
-  const char* name;
-  openfia::TensorView Args::*field;
-};
-template <typename Args>
-struct IntField {
-  const char* name;
-  int64_t Args::*field;
-};
-
-openfia::SasArgs BuildSasArgs(const nb::kwargs& kw, SasKeep& keep) {
+openfia::SasArgs BuildSasArgs(const nb::kwargs& kw, Keepalive& keep) {
   using A = openfia::SasArgs;
   static const TensorField<A> kTensors[] = {
       {"q", &A::q},
@@ -103,12 +53,7 @@ openfia::SasArgs BuildSasArgs(const nb::kwargs& kw, SasKeep& keep) {
   A a;
   for (auto [k, v] : kw) {
     const std::string name = nb::cast<std::string>(k);
-    bool found = false;
-    for (const auto& f : kTensors)
-      if (name == f.name) a.*(f.field) = SasView(v, f.name, keep), found = true;
-    for (const auto& f : kInts)
-      if (name == f.name) a.*(f.field) = nb::cast<int64_t>(v), found = true;
-    if (found) continue;
+    if (SetTableField<A>(a, name, v, kTensors, kInts, keep)) continue;
     if (name == "softmax_scale") {
       if (!v.is_none()) a.softmax_scale = nb::cast<double>(v);
     } else if (name == "cmp_ratio") {
@@ -120,13 +65,13 @@ openfia::SasArgs BuildSasArgs(const nb::kwargs& kw, SasKeep& keep) {
     } else if (name == "return_softmax_lse") {
       a.return_softmax_lse = nb::cast<bool>(v);
     } else {
-      SasBindingError("openfia: unexpected keyword argument '" + name + "'");
+      UnexpectedKeyword(name);
     }
   }
   return a;
 }
 
-openfia::SasMetadataArgs BuildSasMetadataArgs(const nb::kwargs& kw, SasKeep& keep) {
+openfia::SasMetadataArgs BuildSasMetadataArgs(const nb::kwargs& kw, Keepalive& keep) {
   using A = openfia::SasMetadataArgs;
   static const TensorField<A> kTensors[] = {
       {"cu_seqlens_q", &A::cu_seqlens_q},
@@ -147,12 +92,7 @@ openfia::SasMetadataArgs BuildSasMetadataArgs(const nb::kwargs& kw, SasKeep& kee
   A a;
   for (auto [k, v] : kw) {
     const std::string name = nb::cast<std::string>(k);
-    bool found = false;
-    for (const auto& f : kTensors)
-      if (name == f.name) a.*(f.field) = SasView(v, f.name, keep), found = true;
-    for (const auto& f : kInts)
-      if (name == f.name) a.*(f.field) = nb::cast<int64_t>(v), found = true;
-    if (found) continue;
+    if (SetTableField<A>(a, name, v, kTensors, kInts, keep)) continue;
     if (name == "layout_q") {
       a.layout_q = nb::cast<std::string>(v);
     } else if (name == "layout_kv") {
@@ -164,7 +104,7 @@ openfia::SasMetadataArgs BuildSasMetadataArgs(const nb::kwargs& kw, SasKeep& kee
     } else if (name == "device") {
       if (!v.is_none()) a.device = nb::cast<std::string>(nb::str(v));
     } else {
-      SasBindingError("openfia: unexpected keyword argument '" + name + "'");
+      UnexpectedKeyword(name);
     }
   }
   return a;
@@ -176,53 +116,33 @@ void RegisterSas(nb::module_& m) {
   m.def(
       "sas_output_spec",
       [](const nb::kwargs& kw) {
-        SasKeep keep;
-        const openfia::SasArgs args = BuildSasArgs(kw, keep);
-        openfia::SasOutputSpec spec;
-        {
-          nb::gil_scoped_release release;
-          spec = openfia::SparseAttnSharedkvOutputSpec(args);
-        }
-        nb::dict d;
-        d["attention_out_sizes"] = spec.attention_out_sizes;
-        d["attention_out_dtype"] = std::string(openfia::DTypeName(spec.attention_out_dtype));
-        d["softmax_lse_sizes"] = spec.softmax_lse_sizes;
-        d["softmax_lse_dtype"] = std::string("float32");
-        return d;
+        const openfia::SasOutputSpec spec =
+            OutputSpecOf(BuildSasArgs, kw, openfia::SparseAttnSharedkvOutputSpec);
+        return OutputSpecDict(spec.attention_out_sizes, spec.attention_out_dtype,
+                              &spec.softmax_lse_sizes);
       },
       "Validates npu_sparse_attn_sharedkv arguments (custom-op names) and returns the output "
       "shapes and dtypes.");
   m.def(
       "sas",
       [](nb::handle out, nb::handle lse, const nb::kwargs& kw) {
-        SasKeep keep;
-        const openfia::SasArgs args = BuildSasArgs(kw, keep);
-        const openfia::TensorView out_view = SasView(out, "attention_out", keep);
-        const openfia::TensorView lse_view = SasView(lse, "softmax_lse", keep);
-        nb::gil_scoped_release release;
-        openfia::SparseAttnSharedkv(args, out_view, lse_view);
+        Compute(BuildSasArgs, kw, openfia::SparseAttnSharedkv, Output{out, "attention_out"},
+                Output{lse, "softmax_lse"});
       },
       nb::arg("out"), nb::arg("lse").none(), nb::arg("kwargs"),
       "Computes SparseAttnSharedkv into `out` and `lse` (contiguous, sas_output_spec shapes).");
   m.def(
       "sas_metadata",
       [](nb::handle out, const nb::kwargs& kw) {
-        SasKeep keep;
-        const openfia::SasMetadataArgs args = BuildSasMetadataArgs(kw, keep);
-        const openfia::TensorView out_view = SasView(out, "metadata", keep);
-        nb::gil_scoped_release release;
-        openfia::SparseAttnSharedkvMetadata(args, out_view);
+        Compute(BuildSasMetadataArgs, kw, openfia::SparseAttnSharedkvMetadata,
+                Output{out, "metadata"});
       },
       nb::arg("out"), nb::arg("kwargs"),
       "Writes the SparseAttnSharedkv plan into `out` (int32 [1024], contiguous).");
   m.def(
       "verify_sas_metadata",
       [](nb::handle metadata, const nb::kwargs& kw) {
-        SasKeep keep;
-        const openfia::SasMetadataArgs args = BuildSasMetadataArgs(kw, keep);
-        const openfia::TensorView view = SasView(metadata, "metadata", keep);
-        nb::gil_scoped_release release;
-        openfia::VerifySasMetadata(args, view);
+        Compute(BuildSasMetadataArgs, kw, openfia::VerifySasMetadata, Output{metadata, "metadata"});
       },
       nb::arg("metadata"), nb::arg("kwargs"),
       "Raises OpenfiaError unless `metadata` was made for these metadata arguments and covers "

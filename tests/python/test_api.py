@@ -256,3 +256,88 @@ def test_patch_torch_npu():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_patch_torch_npu_other_ops():
+    """patch_torch_npu() also serves npu_kv_quant_sparse_flash_attention (torch_npu.* and
+    torch.ops.npu.*) and SparseAttnSharedkv(Metadata) (torch_npu.* and torch.ops.custom.*, where
+    DeepSeek-V4 calls them); each upstream name gives exactly openfia's result."""
+    code = (
+        "import torch, openfia\n"
+        "from openfia import kvqsfa as K\n"
+        "openfia.patch_torch_npu()\n"
+        "openfia.patch_torch_npu()  # idempotent\n"
+        "import torch_npu\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        # KvQuantSparseFlashAttention: BSND, int8 rows.
+        "q = torch.randn(1, 2, 2, 576, generator=g).to(torch.bfloat16)\n"
+        "rows = K.quantize_kv_rows(torch.randn(1, 8, 1, 512, generator=g),\n"
+        "                          torch.randn(1, 8, 1, 64, generator=g).to(torch.bfloat16))\n"
+        "idx = torch.tensor([[[[0, 2, 5, -1]], [[1, 7, -1, -1]]]], dtype=torch.int32)\n"
+        "kw = dict(attention_mode=2)\n"
+        "want = openfia.npu_kv_quant_sparse_flash_attention(q, rows, rows, idx, 0.04, 2, 2, **kw)\n"
+        "a = torch_npu.npu_kv_quant_sparse_flash_attention(q, rows, rows, idx, 0.04, 2, 2, **kw)\n"
+        "b = torch.ops.npu.npu_kv_quant_sparse_flash_attention(q, rows, rows, idx, 0.04, 2, 2,\n"
+        "                                                      **kw)\n"
+        "assert torch.equal(a, want) and torch.equal(b, want) and want.abs().sum() > 0\n"
+        # SparseAttnSharedkv: TND, window-only (no cmp cache), 2 batches, paged ori cache.
+        "n1, d, bs = 8, 64, 16\n"
+        "cu = torch.tensor([0, 3, 5], dtype=torch.int32)\n"
+        "s2 = torch.tensor([20, 9], dtype=torch.int32)\n"
+        "qs = torch.randn(5, n1, d, generator=g).to(torch.bfloat16)\n"
+        "cache = torch.randn(4, bs, 1, d, generator=g).to(torch.bfloat16)\n"
+        "bt = torch.tensor([[0, 2], [3, -1]], dtype=torch.int32)\n"
+        "sinks = torch.randn(n1, generator=g)\n"
+        "mk = dict(cu_seqlens_q=cu, seqused_kv=s2, batch_size=2, max_seqlen_q=3,\n"
+        "          max_seqlen_kv=20, layout_q='TND', has_cmp_kv=False)\n"
+        "meta = openfia.npu_sparse_attn_sharedkv_metadata(n1, 1, d, **mk)\n"
+        "for f in (torch_npu.npu_sparse_attn_sharedkv_metadata,\n"
+        "          torch.ops.custom.npu_sparse_attn_sharedkv_metadata):\n"
+        "    m = f(n1, 1, d, **mk)\n"
+        "    assert m.dtype == torch.int32 and torch.equal(m, meta)\n"
+        "sk = dict(ori_kv=cache, ori_block_table=bt, cu_seqlens_q=cu, seqused_kv=s2,\n"
+        "          sinks=sinks, metadata=meta, layout_q='TND', return_softmax_lse=True)\n"
+        "want = openfia.npu_sparse_attn_sharedkv(qs, **sk)\n"
+        "for f in (torch_npu.npu_sparse_attn_sharedkv,\n"
+        "          torch.ops.custom.npu_sparse_attn_sharedkv):\n"
+        "    out, lse = f(qs, **sk)\n"
+        "    assert torch.equal(out, want[0]) and torch.equal(lse, want[1])\n"
+        "assert want[0].abs().sum() > 0 and list(want[1].shape) == [1, 5, n1]\n"
+        # The custom op traces under torch.compile through its fake kernels.
+        "def fn(qs):\n"
+        "    m = torch.ops.custom.npu_sparse_attn_sharedkv_metadata(n1, 1, d, **mk)\n"
+        "    out, lse = torch.ops.custom.npu_sparse_attn_sharedkv(qs, **{**sk, 'metadata': m})\n"
+        "    return out.float() * 2, lse\n"
+        "c = torch.compile(fn, fullgraph=True, backend='eager')(qs)\n"
+        "assert torch.equal(c[0], want[0].float() * 2) and torch.equal(c[1], want[1])\n"
+        "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ), timeout=180)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def test_sas_torch_ops_schema_and_fake():
+    """torch.ops.openfia.npu_sparse_attn_sharedkv(_metadata): the fake kernels give the shapes
+    the C++ output spec gives (BSND with lse, TND without)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    op = torch.ops.openfia.npu_sparse_attn_sharedkv.default
+    assert "Tensor? metadata=None" in str(op._schema)
+    assert str(op._schema).endswith("-> (Tensor, Tensor)")
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 3, 8, 64, generator=g).to(torch.bfloat16)
+    cache = torch.randn(4, 16, 1, 64, generator=g).to(torch.bfloat16)
+    bt = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    s2 = torch.tensor([20, 9], dtype=torch.int32)
+    for lse_flag in (True, False):
+        kw = dict(ori_kv=cache, ori_block_table=bt, seqused_kv=s2, return_softmax_lse=lse_flag)
+        out, lse = op(q, **kw)
+        with FakeTensorMode() as mode:
+            fo, fl = op(mode.from_tensor(q), **{k: mode.from_tensor(v) if torch.is_tensor(v)
+                                               else v for k, v in kw.items()})
+        assert fo.shape == out.shape and fo.dtype == out.dtype
+        assert fl.shape == lse.shape and fl.dtype == lse.dtype == torch.float32
+    meta = torch.ops.openfia.npu_sparse_attn_sharedkv_metadata(
+        8, 1, 64, seqused_kv=s2, batch_size=2, max_seqlen_q=3, max_seqlen_kv=20,
+        has_cmp_kv=False)
+    assert meta.shape == (1024,) and meta.dtype == torch.int32

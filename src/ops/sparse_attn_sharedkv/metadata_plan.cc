@@ -163,19 +163,12 @@ std::vector<int32_t> PlanSas(const SasConfig& c, int64_t num_workers) {
 }  // namespace openfia::internal
 
 namespace openfia {
-using internal::Str;
 
 void SparseAttnSharedkvMetadata(const SasMetadataArgs& args, const TensorView& metadata) {
   using namespace internal;
   OpScope scope("npu_sparse_attn_sharedkv_metadata");
   const SasConfig c = ValidateSasMetadata(args);
-  OPENFIA_CHECK(metadata.defined(), "metadata", "must be provided (the output)", "None");
-  OPENFIA_CHECK(metadata.dtype == DType::kInt32, "metadata", "must have dtype int32",
-                DTypeName(metadata.dtype));
-  OPENFIA_CHECK(metadata.dim() == 1 && metadata.size(0) == kSasMetadataWords, "metadata",
-                Str("must have shape [", kSasMetadataWords, "]"), metadata.shape_string());
-  OPENFIA_CHECK(metadata.is_contiguous() && metadata.data != nullptr, "metadata",
-                "must be a contiguous int32 tensor", "strides ", metadata.strides);
+  CheckSasMetadataTensor(metadata, "must be provided (the output)");
   const int64_t workers = args.num_workers > 0 ? args.num_workers : SasDefaultWorkers();
   const std::vector<int32_t> words = PlanSas(c, workers);
   std::memcpy(metadata.data, words.data(), words.size() * sizeof(int32_t));

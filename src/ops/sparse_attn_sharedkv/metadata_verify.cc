@@ -127,6 +127,16 @@ std::vector<SasWorkerRange> VerifySasPlan(const SasConfig& c, const int32_t* wor
   return ranges;
 }
 
+void CheckSasMetadataTensor(const TensorView& metadata, const char* provided_rule) {
+  OPENFIA_CHECK(metadata.defined(), "metadata", provided_rule, "None");
+  OPENFIA_CHECK(metadata.dtype == DType::kInt32, "metadata", "must have dtype int32",
+                DTypeName(metadata.dtype));
+  OPENFIA_CHECK(metadata.dim() == 1 && metadata.size(0) == kSasMetadataWords, "metadata",
+                Str("must have shape [", kSasMetadataWords, "]"), metadata.shape_string());
+  OPENFIA_CHECK(metadata.is_contiguous() && metadata.data != nullptr, "metadata",
+                "must be a contiguous int32 tensor", "strides ", metadata.strides);
+}
+
 }  // namespace openfia::internal
 
 namespace openfia {
@@ -135,13 +145,7 @@ void VerifySasMetadata(const SasMetadataArgs& args, const TensorView& metadata) 
   using namespace internal;
   OpScope scope("npu_sparse_attn_sharedkv_metadata");
   const SasConfig c = ValidateSasMetadata(args);
-  OPENFIA_CHECK(metadata.defined(), "metadata", "must be provided", "None");
-  OPENFIA_CHECK(metadata.dtype == DType::kInt32, "metadata", "must have dtype int32",
-                DTypeName(metadata.dtype));
-  OPENFIA_CHECK(metadata.dim() == 1 && metadata.size(0) == kSasMetadataWords, "metadata",
-                Str("must have shape [", kSasMetadataWords, "]"), metadata.shape_string());
-  OPENFIA_CHECK(metadata.is_contiguous() && metadata.data != nullptr, "metadata",
-                "must be a contiguous int32 tensor", "strides ", metadata.strides);
+  CheckSasMetadataTensor(metadata, "must be provided");
   VerifySasPlan(c, static_cast<const int32_t*>(metadata.data));
 }
 

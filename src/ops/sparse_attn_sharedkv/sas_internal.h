@@ -96,6 +96,11 @@ struct SasWorkerRange {
 // exactly once; returns their ranges in record order. Throws openfia::Error naming `metadata`.
 std::vector<SasWorkerRange> VerifySasPlan(const SasConfig& config, const int32_t* words);
 
+// The tensor form every metadata argument must have: present (else the rule `provided_rule`),
+// int32, shape [kSasMetadataWords], contiguous with a non-null pointer. Shared by
+// SparseAttnSharedkvMetadata (its output), VerifySasMetadata and SparseAttnSharedkv's input.
+void CheckSasMetadataTensor(const TensorView& metadata, const char* provided_rule);
+
 // Reads element i of a 1-D integer tensor (int32 or int64) through its stride.
 int64_t ReadIndex(const TensorView& t, int64_t i);
 

@@ -7,16 +7,13 @@
 // for every plan and every thread count.
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <exception>
-#include <limits>
 #include <mutex>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include "common/check.h"
-#include "engine/engine.h"
+#include "common/dispatch.h"
 #include "openfia/runtime.h"
 #include "openfia/sparse_attn_sharedkv.h"
 #include "ops/sparse_attn_sharedkv/sas_internal.h"
@@ -24,19 +21,8 @@
 
 namespace openfia {
 namespace {
-using internal::Str;
 
 constexpr const char* kOp = "npu_sparse_attn_sharedkv";
-
-void CheckOutput(const TensorView& t, const char* name, const std::vector<int64_t>& sizes,
-                 DType dtype) {
-  OPENFIA_CHECK(t.defined(), name, "must be provided", "None");
-  OPENFIA_CHECK(t.sizes == sizes, name, Str("must have shape ", sizes), t.shape_string());
-  OPENFIA_CHECK(t.dtype == dtype, name, Str("must have dtype ", DTypeName(dtype)),
-                DTypeName(t.dtype));
-  OPENFIA_CHECK(t.is_contiguous(), name, "must be contiguous", "strides ", t.strides);
-  OPENFIA_CHECK(t.numel() == 0 || t.data != nullptr, name, "must not be a null pointer", "null");
-}
 
 // The rows of units [u0, u1) as a Problem over the same storage: per batch the query rows
 // [lo, hi) of the overlapping M blocks (q_begin/q_row_base shifted, so out/lse rows and key
@@ -103,9 +89,10 @@ void SparseAttnSharedkv(const SasArgs& args, const TensorView& attention_out,
   internal::OpScope scope(kOp);
   internal::SasConfig config;
   const SasOutputSpec spec = internal::ValidateSas(args, &config);  // verifies metadata
-  CheckOutput(attention_out, "attention_out", spec.attention_out_sizes, spec.attention_out_dtype);
+  internal::CheckOutput(attention_out, "attention_out", spec.attention_out_sizes,
+                        spec.attention_out_dtype);
   if (args.return_softmax_lse || softmax_lse.defined())
-    CheckOutput(softmax_lse, "softmax_lse", spec.softmax_lse_sizes, DType::kFloat32);
+    internal::CheckOutput(softmax_lse, "softmax_lse", spec.softmax_lse_sizes, DType::kFloat32);
 
   // The plan: the caller's (already verified against this call) or one made here.
   const std::vector<int32_t> words =
@@ -114,30 +101,17 @@ void SparseAttnSharedkv(const SasArgs& args, const TensorView& attention_out,
                                  static_cast<const int32_t*>(args.metadata.data) +
                                      kSasMetadataWords)
           : internal::PlanSas(config, internal::SasDefaultWorkers());
-  const std::vector<internal::SasWorkerRange> ranges = internal::VerifySasPlan(config, words.data());
+  const std::vector<internal::SasWorkerRange> ranges =
+      internal::VerifySasPlan(config, words.data());
 
   // Pre-fill: rows without keys keep 0 and lse +inf; return_softmax_lse=False gives a 0.
-  std::memset(attention_out.data, 0, attention_out.numel() * ElementSize(attention_out.dtype));
-  if (softmax_lse.defined()) {
-    float* lse = static_cast<float*>(softmax_lse.data);
-    const float fill = args.return_softmax_lse ? std::numeric_limits<float>::infinity() : 0.f;
-    std::fill(lse, lse + softmax_lse.numel(), fill);
-  }
+  internal::PrefillOutputs(attention_out, softmax_lse, args.return_softmax_lse);
 
   const internal::Problem p = internal::CanonicalizeSas(
       args, config, attention_out, args.return_softmax_lse ? softmax_lse : TensorView());
 
-  const Impl impl = GetImpl();
-  std::string why;
-  if (impl == Impl::kReference) {
-    RunReferenceByPlan(p, config, ranges);
-  } else if (internal::EngineSupports(p, &why)) {
-    internal::RunEngine(p);
-  } else if (impl == Impl::kEngine) {
-    internal::Fail(ErrorCode::kUnsupported, "impl", "the engine does not support this call", why);
-  } else {
-    RunReferenceByPlan(p, config, ranges);
-  }
+  internal::RunSelectedImpl(
+      p, [&](const internal::Problem& q) { RunReferenceByPlan(q, config, ranges); });
 }
 
 }  // namespace openfia

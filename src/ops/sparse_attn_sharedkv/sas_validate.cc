@@ -357,14 +357,8 @@ SasOutputSpec ValidateSas(const SasArgs& a, SasConfig* cfg) {
 
   // ---- metadata ----
   if (a.metadata.defined()) {
-    const TensorView& m = a.metadata;
-    OPENFIA_CHECK(m.dtype == DType::kInt32, "metadata", "must have dtype int32",
-                  DTypeName(m.dtype));
-    OPENFIA_CHECK(m.dim() == 1 && m.size(0) == kSasMetadataWords, "metadata",
-                  Str("must have shape [", kSasMetadataWords, "]"), m.shape_string());
-    OPENFIA_CHECK(m.is_contiguous() && m.data != nullptr, "metadata",
-                  "must be a contiguous int32 tensor", "strides ", m.strides);
-    VerifySasPlan(c, static_cast<const int32_t*>(m.data));
+    CheckSasMetadataTensor(a.metadata, "must be provided");  // defined here: the rule is moot
+    VerifySasPlan(c, static_cast<const int32_t*>(a.metadata.data));
   }
 
   SasOutputSpec spec;
