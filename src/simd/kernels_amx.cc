@@ -375,9 +375,11 @@ const KernelTable* AmxKernels() {
   }();
   return ok && Avx512Kernels() != nullptr ? &amx_target::kTable : nullptr;
 }
+bool AmxRunsItem(const Problem& p, const WorkItem& w) { return amx_target::AmxCan(p, w); }
 }  // namespace openfia::internal
 #else
 namespace openfia::internal {
 const KernelTable* AmxKernels() { return nullptr; }
+bool AmxRunsItem(const Problem&, const WorkItem&) { return false; }
 }  // namespace openfia::internal
 #endif
