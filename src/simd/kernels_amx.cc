@@ -278,9 +278,45 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
 
     // The softmax of attend-inl.h, except that P goes out as bf16 (it is bf16-exact already).
     const __m512 vscale = _mm512_set1_ps(scale);
+    const bool plain = full && p.pse == nullptr && nk == TN;
     for (int64_t r = 0; r < rows; ++r) {
       float* s = sc.s + r * TN;
       uint16_t* pr = reinterpret_cast<uint16_t*>(s);
+      if (plain) {  // the common case in registers: the same operations, no round trips
+        __m512 x[TN / 16];
+        __m512 vm = _mm512_set1_ps(kNegInf);
+        for (int k = 0; k < TN / 16; ++k) {
+          x[k] = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * k), vscale);
+          vm = _mm512_max_ps(vm, x[k]);
+        }
+        const float m_old = out.m[r];
+        const float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
+        if (m_new == kNegInf) {
+          std::memset(pr, 0, TN * 2);
+          continue;
+        }
+        const __m512 vmn = _mm512_set1_ps(m_new);
+        __m512 vsum = _mm512_setzero_ps();
+        for (int k = 0; k < TN / 16; ++k) {
+          x[k] = V::Exp(_mm512_sub_ps(x[k], vmn));
+          vsum = _mm512_add_ps(vsum, x[k]);
+        }
+        // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to
+        // zero; TDPBF16PS would read such a P as zero anyway (see the top of the file).
+        for (int k = 0; k < TN / 16; k += 2)
+          _mm512_storeu_si512(pr + 16 * k,
+                              reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x[k + 1], x[k])));
+        const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
+        out.l[r] = out.l[r] * alpha + _mm512_reduce_add_ps(vsum);
+        out.m[r] = m_new;
+        if (alpha != 1.f) {
+          float* a = out.acc + r * out.acc_stride;
+          const __m512 va = _mm512_set1_ps(alpha);
+          for (int64_t d = 0; d < ldv; d += 16)
+            _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+        }
+        continue;
+      }
       for (int64_t n = 0; n < TN; n += 16)
         _mm512_storeu_ps(s + n, _mm512_mul_ps(_mm512_loadu_ps(s + n), vscale));
       if (p.pse) {
