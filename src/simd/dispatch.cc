@@ -11,8 +11,10 @@ namespace {
 
 // Targets in increasing order; a cap admits every target up to and including it. Targets with no
 // kernels of their own (avx512bf16, avx512fp16) run the best table below them.
-constexpr const char* kOrder[] = {"scalar", "avx2", "avx512", "avx512bf16", "avx512fp16"};
-constexpr int kNumTargets = 5;
+// amx (AMX-TILE + AMX-BF16 tile matmuls for bf16 prefill, AVX-512 for everything else) comes last:
+// only an explicit "amx" or "best" cap admits it.
+constexpr const char* kOrder[] = {"scalar", "avx2", "avx512", "avx512bf16", "avx512fp16", "amx"};
+constexpr int kNumTargets = 6;
 
 bool CpuHas(int t) {
 #if defined(__x86_64__) || defined(_M_X64)
@@ -24,6 +26,8 @@ bool CpuHas(int t) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     case 3: return CpuHas(2) && __builtin_cpu_supports("avx512bf16");
     case 4: return CpuHas(3) && __builtin_cpu_supports("avx512fp16");
+    case 5:
+      return CpuHas(3) && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
   }
   return false;
 #else
@@ -36,6 +40,7 @@ const KernelTable* Table(int t) {
     case 0: return ScalarKernels();
     case 1: return Avx2Kernels();
     case 2: return Avx512Kernels();
+    case 5: return AmxKernels();  // null also when the OS refuses tile data
     default: return nullptr;
   }
 }
@@ -48,7 +53,7 @@ int CapIndex() {
   // An ARM target name on x86 (or any name this build does not know) caps to scalar only when it
   // is a known architecture-neutral word; anything else is a user error.
   OPENFIA_CHECK(cap == "neon" || cap == "sve", "OPENFIA_SIMD / SetSimdCap",
-                "must be one of scalar, avx2, avx512, avx512bf16, avx512fp16, neon, sve, best",
+                "must be one of scalar, avx2, avx512, avx512bf16, avx512fp16, amx, neon, sve, best",
                 cap);
   return 0;
 }

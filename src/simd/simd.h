@@ -36,6 +36,12 @@ struct KernelTable {
 const KernelTable* ScalarKernels();
 const KernelTable* Avx2Kernels();
 const KernelTable* Avx512Kernels();
+// AMX-BF16 tiles for bf16 prefill items, the AVX-512 table for the rest; nullptr when not compiled
+// or when the OS refuses the tile-data permission (the first call requests it).
+const KernelTable* AmxKernels();
+// Whether the AMX table runs item `w` of `p` on tiles (false: it hands it to AVX-512, or AMX is
+// not compiled). For tests that must prove the tile path ran.
+bool AmxRunsItem(const Problem& p, const WorkItem& w);
 
 // The best table allowed by the CPU and the cap (throws openfia::Error for an unknown cap).
 const KernelTable& ActiveKernels();

@@ -36,7 +36,7 @@ struct SettingsGuard {
 
 std::vector<std::string> Targets() {
   std::vector<std::string> t;
-  for (const char* name : {"scalar", "avx2", "avx512"})
+  for (const char* name : {"scalar", "avx2", "avx512", "amx"})
     if (KernelsFor(name)) t.push_back(name);
   return t;
 }

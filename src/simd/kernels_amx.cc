@@ -1,0 +1,421 @@
+// openfia: the AMX target (AMX-TILE + AMX-BF16 on top of AVX-512): bf16 prefill on tile matmuls.
+//
+// Work items it runs fast: bf16 query, bf16 K and V stored row-contiguous (sd == 1, no NZ split,
+// cache and shared prefix alike), no antiquant, no rope, at least 16 rows, d_qk % 32 == 0 and
+// d_v % 16 == 0. Every other item goes to the AVX-512 table, so semantics never depend on it.
+//
+// Per tile of kTileKeys keys (the same tiles, band skipping and boundary logic as attend-inl.h):
+//   S = Q K^T   TDPBF16PS: bf16 x bf16 products are exact in fp32, only the summation order
+//               differs from the FMA path;
+//   online softmax in fp32 exactly as attend-inl.h (same exp, same order of the row reductions);
+//   P = round_bf16(exp(s - m)) (SPEC 2.6), stored as bf16 in place over the scores;
+//   acc += P V  TDPBF16PS on the fp32 row states.
+// AMX-BF16 treats bf16 subnormal inputs as zero and flushes fp32 subnormal results: a P below
+// 2^-126 (its row already holds P = 1 at the maximum) or a subnormal Q/K/V element then
+// contributes 0 instead of < 2^-126 * |x|, far inside the bf16 tolerance of the output.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <cstdlib>
+#include <limits>
+
+#include "common/problem.h"
+#include "engine/plan.h"
+#include "simd/scalar_convert.h"
+#include "simd/simd.h"
+
+#if defined(OPENFIA_HAVE_AMX)
+#include <sys/syscall.h>
+#include <unistd.h>
+// GCC 12 flags the _mm512_undefined_* idiom inside its own intrinsic headers.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+namespace openfia::internal::amx_target {
+
+#include "simd/vec_avx512-inl.h"
+
+struct V : Avx512Vec {};
+
+// The generic loop's helpers (ResolveKey, ExpScalar, ExpArray) compiled for this target.
+#define OPENFIA_ATTEND_ROWS 6
+#define OPENFIA_ATTEND_COLS 4
+#include "simd/attend-inl.h"
+#undef OPENFIA_ATTEND_ROWS
+#undef OPENFIA_ATTEND_COLS
+
+static_assert(TN == 64, "the AMX kernel tiles 64 keys as 4 score tiles / 2 bf16 K-chunks");
+
+// Tile palette 1, every tile 16 rows x 64 bytes: tmm0-3 fp32 accumulators (16 x 16),
+// tmm4-5 bf16 A operands (16 x 32), tmm6-7 bf16 B operands in pair-interleaved form (16 x 16x2).
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+inline void LoadTileConfig() {
+  TileConfig c;
+  std::memset(&c, 0, sizeof(c));
+  c.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = 16;
+  }
+  _tile_loadconfig(&c);
+}
+
+// Whether the item's operands are what the tile path reads directly.
+inline bool RowContiguousBf16(const Operand& o) {
+  return o.elem == Elem::kBF16 && o.sd == 1 && o.d_split == 0;
+}
+
+inline bool AmxCan(const Problem& p, const WorkItem& w) {
+  if (p.q.elem != Elem::kBF16 || p.d_rope != 0 || w.rows() < 16) return false;
+  if (p.d_qk % 32 != 0 || p.d_v % 16 != 0 || p.d_qk > 1024 || p.d_v > 1024) return false;
+  for (const KvOperand* kv : {&p.k, &p.v}) {
+    if (kv->dequant.kind != Dequant::Kind::kNone || !RowContiguousBf16(kv->cache)) return false;
+    if (kv->prefix.present() &&
+        (kv->prefix_dequant.kind != Dequant::Kind::kNone || !RowContiguousBf16(kv->prefix)))
+      return false;
+  }
+  return true;
+}
+
+// kp[kk * TN + n] = bf16 pair (2kk, 2kk + 1) of key n (zero for n >= nk): the B operand of
+// S = Q K^T, whose row kk holds the pairs of channel pair kk for 16 keys.
+inline void PackK(const uint16_t* const* row, int64_t nk, int64_t D, uint32_t* kp) {
+  const int64_t pairs = D / 2;
+  for (int64_t n0 = 0; n0 < TN; n0 += 16) {
+    for (int64_t k0 = 0; k0 < pairs; k0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = n0 + i < nk ? _mm512_loadu_si512(row[n0 + i] + 2 * k0) : _mm512_setzero_si512();
+      // 16 x 16 transpose of 32-bit pairs: reuse the f32 transpose.
+      __m512 f[16];
+      for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(r[i]);
+      V::Transpose(f);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kp + (k0 + i) * TN + n0, f[i]);
+    }
+  }
+}
+
+// vp[kk * Dv + c] = (V[2kk][c], V[2kk + 1][c]) (zero rows past nk): the B operand of P V.
+inline void PackV(const uint16_t* const* row, int64_t nk, int64_t Dv, uint32_t* vp) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int64_t kk = 0; kk < TN / 2; ++kk) {
+    const int64_t n = 2 * kk;
+    uint32_t* dst = vp + kk * Dv;
+    for (int64_t c = 0; c < Dv; c += 32) {
+      const __mmask32 m = c + 32 <= Dv ? 0xFFFFFFFFu : 0xFFFFu;  // Dv % 16 == 0
+      const __m512i a = n < nk ? _mm512_maskz_loadu_epi16(m, row[n] + c) : _mm512_setzero_si512();
+      const __m512i b =
+          n + 1 < nk ? _mm512_maskz_loadu_epi16(m, row[n + 1] + c) : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + c, _mm512_permutex2var_epi16(a, lo, b));
+      if (c + 32 <= Dv) _mm512_storeu_si512(dst + c + 16, _mm512_permutex2var_epi16(a, hi, b));
+    }
+  }
+}
+
+// True when some element of the tile's values is not finite (bf16 exponent all ones).
+inline bool AnyNonFiniteBf16(const uint16_t* const* row, int64_t nk, int64_t Dv) {
+  const __m512i e = _mm512_set1_epi16(0x7F80);
+  for (int64_t n = 0; n < nk; ++n) {
+    for (int64_t c = 0; c < Dv; c += 32) {
+      const __mmask32 m = c + 32 <= Dv ? 0xFFFFFFFFu : 0xFFFFu;
+      const __m512i x = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, row[n] + c), e);
+      if (_mm512_mask_cmpeq_epi16_mask(m, x, e)) return true;
+    }
+  }
+  return false;
+}
+
+// s[r * TN + n] = Q[r] . K[n] for 16 rows from the packed bf16 query (row stride ldq elements).
+inline void ScoreTile(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t D, float* s) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t d0 = 0; d0 < D; d0 += 32) {
+    _tile_loadd(4, q + d0, ldq * 2);
+    const uint32_t* b = kp + (d0 / 2) * TN;
+    _tile_loadd(6, b, TN * 4);
+    _tile_loadd(7, b + 16, TN * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(6, b + 32, TN * 4);
+    _tile_loadd(7, b + 48, TN * 4);
+    _tile_dpbf16ps(2, 4, 6);
+    _tile_dpbf16ps(3, 4, 7);
+  }
+  _tile_stored(0, s, TN * 4);
+  _tile_stored(1, s + 16, TN * 4);
+  _tile_stored(2, s + 32, TN * 4);
+  _tile_stored(3, s + 48, TN * 4);
+}
+
+// acc[r][c] += sum_n P[r][n] V[n][c] for 16 rows; P is bf16 at p (row stride ldp elements).
+inline void PvTile(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t Dv, float* acc,
+                   int64_t lda) {
+  _tile_loadd(4, p, ldp * 2);
+  _tile_loadd(5, p + 32, ldp * 2);
+  int64_t c = 0;
+  for (; c + 32 <= Dv; c += 32) {
+    _tile_loadd(0, acc + c, lda * 4);
+    _tile_loadd(1, acc + c + 16, lda * 4);
+    _tile_loadd(6, vp + c, Dv * 4);
+    _tile_loadd(7, vp + c + 16, Dv * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(6, vp + 16 * Dv + c, Dv * 4);
+    _tile_loadd(7, vp + 16 * Dv + c + 16, Dv * 4);
+    _tile_dpbf16ps(0, 5, 6);
+    _tile_dpbf16ps(1, 5, 7);
+    _tile_stored(0, acc + c, lda * 4);
+    _tile_stored(1, acc + c + 16, lda * 4);
+  }
+  if (c < Dv) {
+    _tile_loadd(0, acc + c, lda * 4);
+    _tile_loadd(6, vp + c, Dv * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, vp + 16 * Dv + c, Dv * 4);
+    _tile_dpbf16ps(0, 5, 7);
+    _tile_stored(0, acc + c, lda * 4);
+  }
+}
+
+void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  if (!AmxCan(p, w)) return Avx512Kernels()->attend(p, w, sc, out);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
+  const int64_t rows_pad = (rows + 15) / 16 * 16;
+  const int64_t D = p.d_qk, Dv = p.d_v, ldv = sc.dv_pad;
+  const float scale = static_cast<float>(p.scale);
+  const auto at = [b](const std::vector<int64_t>& v, int64_t absent) {
+    return v.empty() ? absent : v[b];
+  };
+  const int64_t pre = at(p.band_pre, Problem::kNoBand), next = at(p.band_next, Problem::kNoBand);
+  const int64_t mask_row0 = at(p.mask_row0, 0), mask_col0 = at(p.mask_col0, 0);
+  const int64_t pse_row0 = at(p.pse_row0, 0), pse_col0 = at(p.pse_col0, 0);
+
+  for (int64_t r = 0; r < rows; ++r) {
+    out.m[r] = kNegInf;
+    out.l[r] = 0.f;
+    float* a = out.acc + r * out.acc_stride;
+    for (int64_t d = 0; d < ldv; ++d) a[d] = 0.f;
+  }
+  if (w.j0 >= w.j1) return;
+
+  // Scratch reuse (sizes from ScratchBuffer): sc.q holds the bf16 query rows [rows_pad][D]
+  // (zero rows past `rows`), sc.kt the packed K tile [D/2][TN] pairs, sc.v the packed V tile
+  // [TN/2][Dv] pairs followed by a 16-row accumulator for the last, partial row block; P is
+  // written as bf16 over the first half of each fp32 score row of sc.s.
+  uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
+  uint32_t* kp = reinterpret_cast<uint32_t*>(sc.kt);
+  uint32_t* vp = reinterpret_cast<uint32_t*>(sc.v);
+  float* acc_tail = sc.v + 32 * ldv;
+  const int64_t ldp = 2 * TN;  // bf16 elements per P row (one fp32 score row)
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    uint16_t* dst = qb + r * D;
+    if (r >= rows) {
+      std::memset(dst, 0, D * 2);
+      continue;
+    }
+    const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+    const uint16_t* src =
+        static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
+    if (p.q.sd == 1 && p.q.d_split == 0) {
+      std::memcpy(dst, src, D * 2);
+    } else {
+      for (int64_t d = 0; d < D; ++d) dst[d] = src[DOff(p.q, d)];
+    }
+  }
+
+  const uint16_t* krow[TN];
+  const uint16_t* vrow[TN];
+  LoadTileConfig();
+  const int64_t tile0 = w.j0 / TN * TN;
+  for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
+    const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
+    if (std::max(w.i0, jt0 - next) > std::min(w.i1 - 1, jt1 - 1 + pre)) continue;
+    const bool full = p.mask == nullptr && (w.i1 - 1) - pre <= jt0 && jt1 - 1 <= w.i0 + next;
+    for (int64_t n = 0; n < nk; ++n) {
+      const void* base;
+      int64_t off;
+      uint8_t from_prefix;
+      ResolveKey(p, p.k, b, w.hk, jt0 + n, &base, &off, &from_prefix);
+      krow[n] = static_cast<const uint16_t*>(base) + off;
+      ResolveKey(p, p.v, b, w.hk, jt0 + n, &base, &off, &from_prefix);
+      vrow[n] = static_cast<const uint16_t*>(base) + off;
+    }
+    PackK(krow, nk, D, kp);
+    PackV(vrow, nk, Dv, vp);
+    const bool v_bad = !full && AnyNonFiniteBf16(vrow, nk, Dv);
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += 16) ScoreTile(qb + r0 * D, D, kp, D, sc.s + r0 * TN);
+    for (int64_t r = rows; r < rows_pad; ++r)  // padded rows: P = 0
+      std::memset(sc.s + r * TN, 0, TN * 2);
+
+    if (!full) {  // element visibility of the boundary tile, shared by the heads of a query
+      for (int64_t qi = 0; qi < nq; ++qi) {
+        const int64_t i = w.i0 + qi;
+        uint8_t* vr = sc.vis + qi * TN;
+        const uint8_t* mrow =
+            p.mask ? p.mask + b * p.mask_sb + (mask_row0 + i) * p.mask_ss : nullptr;
+        for (int64_t n = 0; n < nk; ++n) {
+          const int64_t j = jt0 + n;
+          bool ok = j >= i - pre && j <= i + next;
+          if (ok && mrow) ok = mrow[(mask_col0 + j) * p.mask_sk] == 0;
+          vr[n] = ok;
+        }
+      }
+    }
+
+    // The softmax of attend-inl.h, except that P goes out as bf16 (it is bf16-exact already).
+    const __m512 vscale = _mm512_set1_ps(scale);
+    const bool plain = full && p.pse == nullptr && nk == TN;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* s = sc.s + r * TN;
+      uint16_t* pr = reinterpret_cast<uint16_t*>(s);
+      if (plain) {  // the common case in registers: the same operations, no round trips
+        __m512 x[TN / 16];
+        __m512 vm = _mm512_set1_ps(kNegInf);
+        for (int k = 0; k < TN / 16; ++k) {
+          x[k] = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * k), vscale);
+          vm = _mm512_max_ps(vm, x[k]);
+        }
+        const float m_old = out.m[r];
+        const float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
+        if (m_new == kNegInf) {
+          std::memset(pr, 0, TN * 2);
+          continue;
+        }
+        const __m512 vmn = _mm512_set1_ps(m_new);
+        __m512 vsum = _mm512_setzero_ps();
+        for (int k = 0; k < TN / 16; ++k) {
+          x[k] = V::Exp(_mm512_sub_ps(x[k], vmn));
+          vsum = _mm512_add_ps(vsum, x[k]);
+        }
+        // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to
+        // zero; TDPBF16PS would read such a P as zero anyway (see the top of the file).
+        for (int k = 0; k < TN / 16; k += 2)
+          _mm512_storeu_si512(pr + 16 * k,
+                              reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x[k + 1], x[k])));
+        const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
+        out.l[r] = out.l[r] * alpha + _mm512_reduce_add_ps(vsum);
+        out.m[r] = m_new;
+        if (alpha != 1.f) {
+          float* a = out.acc + r * out.acc_stride;
+          const __m512 va = _mm512_set1_ps(alpha);
+          for (int64_t d = 0; d < ldv; d += 16)
+            _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+        }
+        continue;
+      }
+      for (int64_t n = 0; n < TN; n += 16)
+        _mm512_storeu_ps(s + n, _mm512_mul_ps(_mm512_loadu_ps(s + n), vscale));
+      if (p.pse) {
+        const int64_t h = w.hk * G + w.g0 + r / nq, i = w.i0 + r % nq;
+        const int64_t po = b * p.pse_sb + h * p.pse_sh + (pse_row0 + i) * p.pse_ss +
+                           (pse_col0 + jt0) * p.pse_sk;
+        for (int64_t n = 0; n < nk; ++n) s[n] += cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
+      }
+      if (!full) {
+        const uint8_t* vr = sc.vis + (r % nq) * TN;
+        for (int64_t n = 0; n < nk; ++n)
+          if (!vr[n]) s[n] = kNegInf;
+      }
+      for (int64_t n = nk; n < TN; ++n) s[n] = kNegInf;
+
+      __m512 vm = _mm512_set1_ps(kNegInf);
+      for (int64_t n = 0; n < TN; n += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(s + n));
+      const float m_old = out.m[r];
+      const float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
+      if (m_new == kNegInf) {  // nothing visible yet: P = 0
+        std::memset(pr, 0, TN * 2);
+        continue;
+      }
+      const __m512 vmn = _mm512_set1_ps(m_new);
+      __m512 vsum = _mm512_setzero_ps();
+      __m512 e[TN / 16];
+      for (int64_t k = 0; k < TN / 16; ++k) {
+        e[k] = V::Exp(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * k), vmn));
+        vsum = _mm512_add_ps(vsum, e[k]);
+      }
+      for (int64_t k = 0; k < TN / 16; ++k) {  // all scores read: overwrite with bf16 P
+        const __m512i u = _mm512_srli_epi32(_mm512_castps_si512(V::RoundBF16(e[k])), 16);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + 16 * k), _mm512_cvtepi32_epi16(u));
+      }
+      const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
+      out.l[r] = out.l[r] * alpha + _mm512_reduce_add_ps(vsum);
+      out.m[r] = m_new;
+      if (alpha != 1.f) {
+        float* a = out.acc + r * out.acc_stride;
+        const __m512 va = _mm512_set1_ps(alpha);
+        for (int64_t d = 0; d < ldv; d += 16)
+          _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+      }
+    }
+
+    if (v_bad) {
+      // A masked cell must not meet a non-finite value (P = 0 times Inf is NaN): visible cells
+      // only, in fp32 (bf16 P times bf16 V is exact, like the tile product).
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t* pr = reinterpret_cast<const uint16_t*>(sc.s + r * TN);
+        const uint8_t* vr = sc.vis + (r % nq) * TN;
+        float* a = out.acc + r * out.acc_stride;
+        for (int64_t n = 0; n < nk; ++n) {
+          if (!vr[n]) continue;
+          const float pn = cvt::Load(pr, Elem::kBF16, n);
+          for (int64_t d = 0; d < Dv; ++d) a[d] += pn * cvt::Load(vrow[n], Elem::kBF16, d);
+        }
+      }
+      continue;
+    }
+    for (int64_t r0 = 0; r0 < rows_pad; r0 += 16) {
+      const uint16_t* pr = reinterpret_cast<const uint16_t*>(sc.s + r0 * TN);
+      if (r0 + 16 <= rows) {
+        PvTile(pr, ldp, vp, Dv, out.acc + r0 * out.acc_stride, out.acc_stride);
+      } else {  // the row states end at `rows`: run the partial block on a 16-row copy
+        const int64_t m = rows - r0;
+        for (int64_t r = 0; r < 16; ++r) {
+          float* dst = acc_tail + r * ldv;
+          if (r < m) std::memcpy(dst, out.acc + (r0 + r) * out.acc_stride, Dv * 4);
+          else std::memset(dst, 0, Dv * 4);
+        }
+        PvTile(pr, ldp, vp, Dv, acc_tail, ldv);
+        for (int64_t r = 0; r < m; ++r)
+          std::memcpy(out.acc + (r0 + r) * out.acc_stride, acc_tail + r * ldv, Dv * 4);
+      }
+    }
+  }
+  _tile_release();
+}
+
+const KernelTable kTable = {"amx", &ExpArray, &AmxAttend};
+
+}  // namespace openfia::internal::amx_target
+
+namespace openfia::internal {
+const KernelTable* AmxKernels() {
+  // Linux keeps AMX tile data off until the process asks for it (ARCH_REQ_XCOMP_PERM with
+  // XFEATURE_XTILEDATA); without that permission the first tile instruction faults.
+  static const bool ok = [] {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok && Avx512Kernels() != nullptr ? &amx_target::kTable : nullptr;
+}
+bool AmxRunsItem(const Problem& p, const WorkItem& w) { return amx_target::AmxCan(p, w); }
+}  // namespace openfia::internal
+#else
+namespace openfia::internal {
+const KernelTable* AmxKernels() { return nullptr; }
+bool AmxRunsItem(const Problem&, const WorkItem&) { return false; }
+}  // namespace openfia::internal
+#endif

@@ -1,0 +1,182 @@
+// The AMX table on bf16 prefill problems: vs the fp64 reference (tolerance from bf16 epsilon and
+// the reduction lengths), vs the AVX-512 table (the same tolerance, twice), 1/2/3 threads
+// bitwise equal; each case first proves that some work item really takes the tile path.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/plan.h"
+#include "engine_case.h"
+#include "openfia/runtime.h"
+#include "reference/reference.h"
+#include "simd/simd.h"
+
+namespace openfia::internal::testing {
+namespace {
+
+struct SettingsGuard {
+  ~SettingsGuard() {
+    SetSimdCap("");
+    SetNumThreads(2);
+  }
+};
+
+// Output and lse of `c` vs (want_out, want_lse); `k` scales the tolerance (2: two fast paths).
+void Compare(Case& c, const std::vector<uint8_t>& want_out, const std::vector<float>& want_lse,
+             double k, const std::string& what) {
+  const Problem& p = c.problem();
+  const CaseSpec& s = c.spec();
+  const double u32 = std::ldexp(1.0, -24), eps_bf16 = std::ldexp(1.0, -7);
+  const int64_t D = p.d_qk;
+  int64_t kvmax = 0;
+  for (int64_t b = 0; b < p.batch; ++b) kvmax = std::max(kvmax, p.kv_total(b));
+  // Score error of an fp32 dot product of length D (|q|, |k| <= amp); P rounding; the sum of P V.
+  const double ds = D * u32 * D * s.amp * s.amp * s.scale;
+  const double atol = k * c.max_abs_v() * (eps_bf16 + 2.5 * ds + 2 * (kvmax + 16) * u32);
+  const double lse_tol = k * (ds + 2 * (kvmax + 16) * u32);
+  int bad = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.h_q; ++h) {
+      for (int64_t row = 0; row < p.s_q; ++row) {
+        for (int64_t d = 0; d < p.d_v; ++d) {
+          const int64_t o = b * p.out_sb + h * p.out_sh + row * p.out_ss + d * p.out_sd;
+          const double got = cvt::Load(c.out(), p.out_elem, o);
+          const double want = cvt::Load(want_out.data(), p.out_elem, o);
+          const bool ok = std::isnan(want) || std::isnan(got)
+                              ? std::isnan(want) && std::isnan(got)
+                              : std::fabs(got - want) <= atol + eps_bf16 * std::fabs(want);
+          if (!ok && bad++ < 5)
+            ADD_FAILURE() << what << ": out(b=" << b << ", h=" << h << ", row=" << row
+                          << ", d=" << d << ") = " << got << ", want " << want << " (atol "
+                          << atol << ")";
+        }
+        if (p.lse) {
+          const int64_t li = b * p.lse_sb + h * p.lse_sh + row * p.lse_ss;
+          const double got = c.lse()[li], want = want_lse[li];
+          const bool ok = std::isnan(want) || std::isinf(want)
+                              ? (std::isnan(want) ? std::isnan(got) : got == want)
+                              : std::fabs(got - want) <= lse_tol + 2 * u32 * std::fabs(want);
+          if (!ok && bad++ < 5)
+            ADD_FAILURE() << what << ": lse(b=" << b << ", h=" << h << ", row=" << row
+                          << ") = " << got << ", want " << want;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+void RunAmx(const CaseSpec& spec) {
+  if (!KernelsFor("amx")) GTEST_SKIP() << "AMX-BF16 not compiled, not on this CPU, or refused by the OS";
+  SettingsGuard guard;
+  Case c(spec);
+  std::string why;
+  ASSERT_TRUE(EngineSupports(c.problem(), &why)) << why;
+  const Plan plan = MakePlan(c.problem());
+  const bool tiles = std::any_of(plan.items.begin(), plan.items.end(), [&](const WorkItem& w) {
+    return AmxRunsItem(c.problem(), w);
+  });
+  ASSERT_TRUE(tiles) << "no work item of this case takes the AMX tile path";
+
+  c.ResetOutputs();
+  RunReference(c.problem());
+  const std::vector<uint8_t> ref_out(c.out(), c.out() + c.out_bytes());
+  const std::vector<float> ref_lse = c.lse();
+
+  SetNumThreads(1);
+  SetSimdCap("avx512");
+  ASSERT_EQ(SimdTarget(), "avx512");
+  c.ResetOutputs();
+  RunEngine(c.problem());
+  const std::vector<uint8_t> avx_out(c.out(), c.out() + c.out_bytes());
+  const std::vector<float> avx_lse = c.lse();
+
+  SetSimdCap("amx");
+  ASSERT_EQ(SimdTarget(), "amx");
+  std::vector<uint8_t> first_out;
+  std::vector<float> first_lse;
+  for (int threads : {1, 2, 3}) {
+    SetNumThreads(threads);
+    c.ResetOutputs();
+    RunEngine(c.problem());
+    if (threads == 1) {
+      Compare(c, ref_out, ref_lse, 1, "amx vs reference");
+      Compare(c, avx_out, avx_lse, 2, "amx vs avx512");
+      first_out.assign(c.out(), c.out() + c.out_bytes());
+      first_lse = c.lse();
+    } else {
+      EXPECT_EQ(0, std::memcmp(first_out.data(), c.out(), c.out_bytes())) << threads;
+      EXPECT_EQ(0, std::memcmp(first_lse.data(), c.lse().data(), first_lse.size() * 4))
+          << threads;
+    }
+  }
+}
+
+CaseSpec Prefill(int64_t d_qk, int64_t d_v, std::vector<int64_t> q_len,
+                 std::vector<int64_t> kv_len) {
+  CaseSpec s;
+  s.batch = static_cast<int64_t>(q_len.size());
+  s.h_q = 4;
+  s.h_kv = 2;
+  s.d_qk = d_qk;
+  s.d_v = d_v;
+  s.q_len = std::move(q_len);
+  s.kv_len = std::move(kv_len);
+  return s;
+}
+
+TEST(Amx, OddSizesGqa) {
+  RunAmx(Prefill(64, 64, {37}, {150}));       // partial row blocks, partial key tile
+  RunAmx(Prefill(32, 48, {16, 9}, {64, 65}));  // d_v % 32 == 16; a batch with < 16 rows
+  CaseSpec s = Prefill(128, 128, {40}, {129});
+  s.h_q = 8;
+  s.h_kv = 1;  // group of 8: rows of several heads in one item
+  RunAmx(s);
+}
+
+TEST(Amx, CausalBands) {
+  CaseSpec s = Prefill(64, 64, {70, 33}, {200, 33});
+  s.causal_br = true;
+  RunAmx(s);
+  s.causal_br = false;
+  s.pre = 20;  // sliding window: first rows see nothing to the right, later tiles skipped
+  s.next = -3;
+  RunAmx(s);
+}
+
+TEST(Amx, MaskWithNaNColumns) {
+  CaseSpec s = Prefill(64, 32, {33, 20}, {130, 70});
+  s.mask = true;  // masked columns hold NaN in K and V: they must never leak
+  s.pre = 60;
+  s.next = 12;
+  RunAmx(s);
+}
+
+TEST(Amx, PseSinksLseAndPrefix) {
+  for (Elem pe : {Elem::kF32, Elem::kBF16}) {
+    CaseSpec s = Prefill(64, 64, {24, 17}, {90, 20});
+    s.pse = pe;
+    s.sinks = true;
+    s.causal_br = true;
+    RunAmx(s);
+  }
+  CaseSpec s = Prefill(32, 32, {20}, {50});
+  s.prefix = 19;
+  s.block = 16;  // paged cache behind a shared prefix: rows resolved one by one
+  RunAmx(s);
+}
+
+TEST(Amx, LargeScores) {
+  CaseSpec s = Prefill(64, 64, {32}, {100});
+  s.amp = 8.f;  // scores of hundreds: the running max moves between tiles
+  s.scale = 1.0;
+  RunAmx(s);
+}
+
+}  // namespace
+}  // namespace openfia::internal::testing
