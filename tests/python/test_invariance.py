@@ -109,7 +109,10 @@ def test_gqa_equals_repeated_heads(seq):
     r = lambda x: x.repeat_interleave(N // KVN, 1)
     o2, lse2 = fia(q, r(k), r(v), num_key_value_heads=N, **kw)
     assert torch.equal(o, o2)
-    assert torch.equal(lse, lse2)
+    # The packed GQA call has group*seq rows per KV head, the repeated one seq rows, so the engine
+    # may pick different kernels (AMX needs >= 16 rows) whose fp32 softmax sums round in a
+    # different order: lse agrees to a few float32 ulps, not bitwise.
+    torch.testing.assert_close(lse, lse2, rtol=4 * 2.0**-24, atol=0)
 
 
 def test_left_padding_equals_unpadded():
