@@ -579,6 +579,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   const int64_t hrows = w.head_rows();
   const bool stream_ok = hrows <= kStreamRows && p.d_rope == 0 && D % W == 0 && Dv % W == 0;
   const int64_t tile0 = w.j0 / TN * TN;
+  const int64_t pf_keys = std::max<int64_t>(W, kPrefetchTiles * TN / w.n_hk);
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
     const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
     // Some row i in [i0, i1) sees a key in [jt0, jt1) iff i - pre <= jt1 - 1 and jt0 <= i + next.
@@ -594,9 +595,10 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       const TileDq kdq = MakeTileDq(p.k, sc.kcoord, hk, pe);
       const TileDq vdq = MakeTileDq(p.v, sc.vcoord, hk, pe);
       const TileDq rdq = MakeTileDq(p.k_rope, sc.kcoord, hk, pe);
-      {  // keep kPrefetchTiles tiles of K and V in flight ahead of the one being packed
-        const int64_t pf0 = t0 == tile0 ? jt1 : std::min(w.j1, t0 + kPrefetchTiles * TN);
-        const int64_t pf1 = std::min(w.j1, t0 + (kPrefetchTiles + 1) * TN);
+      {  // keep about kPrefetchTiles single-head tiles of K and V in flight (in bytes: an item
+         // of n_hk heads reads n_hk times more per key, so it looks n_hk times fewer keys ahead)
+        const int64_t pf0 = t0 == tile0 ? jt1 : std::min(w.j1, t0 + pf_keys);
+        const int64_t pf1 = std::min(w.j1, t0 + TN + pf_keys);
         if (pf0 < pf1) {
           PrefetchKeys(p, p.k, b, hk, pf0, pf1, p.d_qk);
           PrefetchKeys(p, p.v, b, hk, pf0, pf1, Dv);
