@@ -130,20 +130,22 @@ inline float LoadElem(const Operand& o, const TileDq& q, int64_t n, bool pre, co
 // from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
 // not follow across pages; asking one tile ahead keeps enough misses in flight.
 constexpr int64_t kPrefetchTiles = OPENFIA_PREFETCH_TILES;
-inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j0,
-                         int64_t j1, int64_t D) {
+inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk,
+                         int64_t n_hk, int64_t j0, int64_t j1, int64_t D) {
   const Elem e = kv.cache.elem;
   if (kv.cache.sd != 1 || kv.cache.d_split != 0 || e == Elem::kI4) return;
   const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
-  const int64_t bytes = D * size;
+  const int64_t bytes = D * size, head_bytes = kv.cache.sh * size;
   for (int64_t j = std::max(j0, p.prefix_len); j < j1; ++j) {
     const void* base;
     int64_t off;
     uint8_t pre;
     ResolveKey(p, kv, b, hk, j, &base, &off, &pre);
     const char* row = static_cast<const char*>(base) + off * size;
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
-    __builtin_prefetch(row + bytes - 1);
+    for (int64_t h = 0; h < n_hk; ++h, row += head_bytes) {  // heads: a linear stride (sh)
+      for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
+      __builtin_prefetch(row + bytes - 1);
+    }
   }
 }
 
@@ -587,6 +589,15 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
     const bool full = p.mask == nullptr && (w.i1 - 1) - pre <= jt0 && jt1 - 1 <= w.i0 + next;
     const int64_t npad = (nk + W - 1) / W * W;
 
+    {  // keep about kPrefetchTiles single-head tiles of K and V in flight (in bytes: an item
+       // of n_hk heads reads n_hk times more per key, so it looks n_hk times fewer keys ahead)
+      const int64_t pf0 = t0 == tile0 ? jt1 : std::min(w.j1, t0 + pf_keys);
+      const int64_t pf1 = std::min(w.j1, t0 + TN + pf_keys);
+      if (pf0 < pf1) {
+        PrefetchKeys(p, p.k, b, w.hk, w.n_hk, pf0, pf1, p.d_qk);
+        PrefetchKeys(p, p.v, b, w.hk, w.n_hk, pf0, pf1, Dv);
+      }
+    }
     for (int64_t hx = 0; hx < w.n_hk; ++hx) {
       const int64_t hk = w.hk + hx;
       const float* qh = sc.q + hx * hrows * ldq;
@@ -595,23 +606,23 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       const TileDq kdq = MakeTileDq(p.k, sc.kcoord, hk, pe);
       const TileDq vdq = MakeTileDq(p.v, sc.vcoord, hk, pe);
       const TileDq rdq = MakeTileDq(p.k_rope, sc.kcoord, hk, pe);
-      {  // keep about kPrefetchTiles single-head tiles of K and V in flight (in bytes: an item
-         // of n_hk heads reads n_hk times more per key, so it looks n_hk times fewer keys ahead)
-        const int64_t pf0 = t0 == tile0 ? jt1 : std::min(w.j1, t0 + pf_keys);
-        const int64_t pf1 = std::min(w.j1, t0 + TN + pf_keys);
-        if (pf0 < pf1) {
-          PrefetchKeys(p, p.k, b, hk, pf0, pf1, p.d_qk);
-          PrefetchKeys(p, p.v, b, hk, pf0, pf1, Dv);
-        }
-      }
-      for (int64_t n = 0; n < nk; ++n) {
-        ResolveKey(p, p.k, b, hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n],
-                   sc.kcoord + 2 * n);
-        ResolveKey(p, p.v, b, hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n],
-                   sc.vcoord + 2 * n);
-        if (p.d_rope > 0)
-          ResolveKey(p, p.k_rope, b, hk, jt0 + n, &sc.rbase[n], &sc.roff[n], &sc.kpre[n],
+      if (hx == 0) {
+        for (int64_t n = 0; n < nk; ++n) {
+          ResolveKey(p, p.k, b, hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n],
                      sc.kcoord + 2 * n);
+          ResolveKey(p, p.v, b, hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n],
+                     sc.vcoord + 2 * n);
+          if (p.d_rope > 0)
+            ResolveKey(p, p.k_rope, b, hk, jt0 + n, &sc.rbase[n], &sc.roff[n], &sc.kpre[n],
+                       sc.kcoord + 2 * n);
+        }
+      } else {  // the next KV head: same storage rows (and dequant coordinates), offset + sh
+        for (int64_t n = 0; n < nk; ++n) {
+          const bool pr = sc.kpre[n] != 0;
+          sc.koff[n] += pr ? p.k.prefix.sh : p.k.cache.sh;
+          sc.voff[n] += pr ? p.v.prefix.sh : p.v.cache.sh;
+          if (p.d_rope > 0) sc.roff[n] += pr ? p.k_rope.prefix.sh : p.k_rope.cache.sh;
+        }
       }
       // Streaming path: few rows, a fully visible tile (so no masked cell can meet a non-finite
       // value), no rope, whole vectors of channels, both K and V vector-contiguous.
