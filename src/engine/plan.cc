@@ -12,6 +12,8 @@ namespace {
 // number of threads.
 constexpr int64_t kSplitItems = 64;
 constexpr int64_t kMinSplitTiles = 16;
+// At most this many rows per KV head (GQA group x query rows) make an item span several KV heads.
+constexpr int64_t kMultiHeadRows = 16;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -28,12 +30,19 @@ Plan MakePlan(const Problem& p) {
     const int64_t nq = p.q_len[b], kvt = p.kv_total(b);
     const int64_t pre = p.band_pre.empty() ? Problem::kNoBand : p.band_pre[b];
     const int64_t next = p.band_next.empty() ? Problem::kNoBand : p.band_next[b];
-    for (int64_t hk = 0; hk < p.h_kv; ++hk) {
+    // Decode (few rows per KV head): one item covers kv_heads KV heads, so a tile reads whole
+    // token rows of a [block, block_size, H_kv * D] cache instead of a 2 KB-strided slice per head.
+    const int64_t head_rows = std::max<int64_t>(1, G * std::min<int64_t>(nq, q_tile));
+    const int64_t kv_heads = G <= kMaxRows && nq * G <= kMultiHeadRows
+                                 ? std::max<int64_t>(1, std::min(p.h_kv, kMaxRows / head_rows))
+                                 : 1;
+    for (int64_t hk = 0; hk < p.h_kv; hk += kv_heads) {
       for (int64_t g0 = 0; g0 < G; g0 += g_chunk) {
         for (int64_t i0 = 0; i0 < nq; i0 += q_tile) {
           WorkItem w;
           w.b = b;
           w.hk = hk;
+          w.n_hk = std::min(kv_heads, p.h_kv - hk);
           w.g0 = g0;
           w.g1 = std::min(G, g0 + g_chunk);
           w.i0 = i0;

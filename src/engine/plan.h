@@ -1,9 +1,10 @@
 // openfia internal: the engine's work plan and per-worker scratch.
 //
-// A work item is (batch b, KV head hk, query heads [g0, g1) of that KV head's group, logical
-// query rows [i0, i1), logical keys [j0, j1)). Its rows are the (head, query) pairs ordered
-// head-major: row r is head g0 + r / (i1 - i0), query i0 + r % (i1 - i0). Packing the GQA heads of
-// one KV head as rows lets every key/value byte be read once per group.
+// A work item is (batch b, KV heads [hk, hk + n_hk), query heads [g0, g1) of each KV head's
+// group, logical query rows [i0, i1), logical keys [j0, j1)). Its rows are the (head, query)
+// pairs ordered head-major: row r is head g0 + r / (i1 - i0), query i0 + r % (i1 - i0) (relative
+// to KV head hk's group). Packing the GQA heads of one KV head as rows lets every key/value byte
+// be read once per group.
 //
 // The plan depends on the Problem only (never on the thread count), so split-KV boundaries and
 // every reduction order are fixed and results are bitwise independent of the number of workers.
@@ -27,7 +28,13 @@ struct WorkItem {
   int64_t split = 0;       // index among the splits of the same rows
   int64_t n_split = 1;     // number of splits of these rows (1: no split-KV)
   int64_t state0 = 0;      // first row of this item in the split workspace (n_split > 1)
-  int64_t rows() const { return (g1 - g0) * (i1 - i0); }
+  // KV heads [hk, hk + n_hk). n_hk > 1 only with the whole group (g0 = 0, g1 = G): the rows of
+  // KV head hk + x follow those of hk + x - 1, so row r is still query head hk * G + r / (i1 - i0)
+  // and query i0 + r % (i1 - i0). Decode uses it to read each token's row of all KV heads at once
+  // (a [block, block_size, H_kv * D] cache stores them contiguously). Kernels must honour it.
+  int64_t n_hk = 1;
+  int64_t head_rows() const { return (g1 - g0) * (i1 - i0); }  // rows of one KV head
+  int64_t rows() const { return n_hk * head_rows(); }
 };
 
 struct Plan {

@@ -130,20 +130,22 @@ inline float LoadElem(const Operand& o, const TileDq& q, int64_t n, bool pre, co
 // from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
 // not follow across pages; asking one tile ahead keeps enough misses in flight.
 constexpr int64_t kPrefetchTiles = OPENFIA_PREFETCH_TILES;
-inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j0,
-                         int64_t j1, int64_t D) {
+inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk,
+                         int64_t n_hk, int64_t j0, int64_t j1, int64_t D) {
   const Elem e = kv.cache.elem;
   if (kv.cache.sd != 1 || kv.cache.d_split != 0 || e == Elem::kI4) return;
   const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
-  const int64_t bytes = D * size;
+  const int64_t bytes = D * size, head_bytes = kv.cache.sh * size;
   for (int64_t j = std::max(j0, p.prefix_len); j < j1; ++j) {
     const void* base;
     int64_t off;
     uint8_t pre;
     ResolveKey(p, kv, b, hk, j, &base, &off, &pre);
     const char* row = static_cast<const char*>(base) + off * size;
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
-    __builtin_prefetch(row + bytes - 1);
+    for (int64_t h = 0; h < n_hk; ++h, row += head_bytes) {  // heads: a linear stride (sh)
+      for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
+      __builtin_prefetch(row + bytes - 1);
+    }
   }
 }
 
@@ -574,127 +576,148 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   }
 
   FastRows fast, fastv;
-  const TileDq kdq = MakeTileDq(p.k, sc.kcoord, w.hk, pe), vdq = MakeTileDq(p.v, sc.vcoord, w.hk, pe);
-  const TileDq rdq = MakeTileDq(p.k_rope, sc.kcoord, w.hk, pe);
-  const bool stream_ok = rows <= kStreamRows && p.d_rope == 0 && D % W == 0 && Dv % W == 0;
+  // Rows of one KV head; a multi-head item (decode) runs the heads one after the other on each
+  // tile, so each head's rows see exactly the operations of a single-head item.
+  const int64_t hrows = w.head_rows();
+  const bool stream_ok = hrows <= kStreamRows && p.d_rope == 0 && D % W == 0 && Dv % W == 0;
   const int64_t tile0 = w.j0 / TN * TN;
+  const int64_t pf_keys = std::max<int64_t>(W, kPrefetchTiles * TN / w.n_hk);
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
     const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
-    // Some row i in [i0, i1) sees some key in [jt0, jt1) iff i - pre <= jt1 - 1 and jt0 <= i + next.
+    // Some row i in [i0, i1) sees a key in [jt0, jt1) iff i - pre <= jt1 - 1 and jt0 <= i + next.
     if (std::max(w.i0, jt0 - next) > std::min(w.i1 - 1, jt1 - 1 + pre)) continue;
     const bool full = p.mask == nullptr && (w.i1 - 1) - pre <= jt0 && jt1 - 1 <= w.i0 + next;
     const int64_t npad = (nk + W - 1) / W * W;
 
-    {  // keep kPrefetchTiles tiles of K and V in flight ahead of the one being packed
-      const int64_t pf0 = t0 == tile0 ? jt1 : std::min(w.j1, t0 + kPrefetchTiles * TN);
-      const int64_t pf1 = std::min(w.j1, t0 + (kPrefetchTiles + 1) * TN);
+    {  // keep about kPrefetchTiles single-head tiles of K and V in flight (in bytes: an item
+       // of n_hk heads reads n_hk times more per key, so it looks n_hk times fewer keys ahead)
+      const int64_t pf0 = t0 == tile0 ? jt1 : std::min(w.j1, t0 + pf_keys);
+      const int64_t pf1 = std::min(w.j1, t0 + TN + pf_keys);
       if (pf0 < pf1) {
-        PrefetchKeys(p, p.k, b, w.hk, pf0, pf1, p.d_qk);
-        PrefetchKeys(p, p.v, b, w.hk, pf0, pf1, Dv);
+        PrefetchKeys(p, p.k, b, w.hk, w.n_hk, pf0, pf1, p.d_qk);
+        PrefetchKeys(p, p.v, b, w.hk, w.n_hk, pf0, pf1, Dv);
       }
     }
-    for (int64_t n = 0; n < nk; ++n) {
-      ResolveKey(p, p.k, b, w.hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n],
-                 sc.kcoord + 2 * n);
-      ResolveKey(p, p.v, b, w.hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n],
-                 sc.vcoord + 2 * n);
-      if (p.d_rope > 0)
-        ResolveKey(p, p.k_rope, b, w.hk, jt0 + n, &sc.rbase[n], &sc.roff[n], &sc.kpre[n],
-                   sc.kcoord + 2 * n);
-    }
-    // Streaming path: few rows, a fully visible tile (so no masked cell can meet a non-finite
-    // value), no rope, whole vectors of channels, both K and V vector-contiguous.
-    const bool stream = stream_ok && full && !kdq.any() && !vdq.any() &&
-                        MakeFastRows(p.k, sc.kbase, sc.koff, sc.kpre, nk, D, &fast) &&
-                        MakeFastRows(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, &fastv);
-    bool v_bad = false;
-    if (stream) {
-      switch (FastElem(p.k, sc.kpre)) {
-        case Elem::kF32: StreamScores<Elem::kF32>(fast, nk, sc.q, ldq, rows, D, sc.s); break;
-        case Elem::kF16: StreamScores<Elem::kF16>(fast, nk, sc.q, ldq, rows, D, sc.s); break;
-        default: StreamScores<Elem::kBF16>(fast, nk, sc.q, ldq, rows, D, sc.s); break;
-      }
-    } else {
-      PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq);
-      if (p.d_rope > 0)
-        PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq);
-      PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq);
-      v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
-      Scores(sc.q, ldq, rows, sc.kt, D, npad, sc.s);
-    }
-
-    if (!full) {  // element visibility of the boundary tile, shared by the heads of a query
-      for (int64_t qi = 0; qi < nq; ++qi) {
-        const int64_t i = w.i0 + qi;
-        uint8_t* vr = sc.vis + qi * TN;
-        const uint8_t* mrow =
-            p.mask ? p.mask + b * p.mask_sb + (mask_row0 + i) * p.mask_ss : nullptr;
+    for (int64_t hx = 0; hx < w.n_hk; ++hx) {
+      const int64_t hk = w.hk + hx;
+      const float* qh = sc.q + hx * hrows * ldq;
+      const RowStates o{out.m + hx * hrows, out.l + hx * hrows,
+                        out.acc + hx * hrows * out.acc_stride, out.acc_stride};
+      const TileDq kdq = MakeTileDq(p.k, sc.kcoord, hk, pe);
+      const TileDq vdq = MakeTileDq(p.v, sc.vcoord, hk, pe);
+      const TileDq rdq = MakeTileDq(p.k_rope, sc.kcoord, hk, pe);
+      if (hx == 0) {
         for (int64_t n = 0; n < nk; ++n) {
-          const int64_t j = jt0 + n;
-          bool ok = j >= i - pre && j <= i + next;
-          if (ok && mrow) ok = mrow[(mask_col0 + j) * p.mask_sk] == 0;
-          vr[n] = ok;
+          ResolveKey(p, p.k, b, hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n],
+                     sc.kcoord + 2 * n);
+          ResolveKey(p, p.v, b, hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n],
+                     sc.vcoord + 2 * n);
+          if (p.d_rope > 0)
+            ResolveKey(p, p.k_rope, b, hk, jt0 + n, &sc.rbase[n], &sc.roff[n], &sc.kpre[n],
+                       sc.kcoord + 2 * n);
+        }
+      } else {  // the next KV head: same storage rows (and dequant coordinates), offset + sh
+        for (int64_t n = 0; n < nk; ++n) {
+          const bool pr = sc.kpre[n] != 0;
+          sc.koff[n] += pr ? p.k.prefix.sh : p.k.cache.sh;
+          sc.voff[n] += pr ? p.v.prefix.sh : p.v.cache.sh;
+          if (p.d_rope > 0) sc.roff[n] += pr ? p.k_rope.prefix.sh : p.k_rope.cache.sh;
         }
       }
-    }
+      // Streaming path: few rows, a fully visible tile (so no masked cell can meet a non-finite
+      // value), no rope, whole vectors of channels, both K and V vector-contiguous.
+      const bool stream = stream_ok && full && !kdq.any() && !vdq.any() &&
+                          MakeFastRows(p.k, sc.kbase, sc.koff, sc.kpre, nk, D, &fast) &&
+                          MakeFastRows(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, &fastv);
+      bool v_bad = false;
+      if (stream) {
+        switch (FastElem(p.k, sc.kpre)) {
+          case Elem::kF32: StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s); break;
+          case Elem::kF16: StreamScores<Elem::kF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
+          default: StreamScores<Elem::kBF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
+        }
+      } else {
+        PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq);
+        if (p.d_rope > 0)
+          PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq);
+        PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq);
+        v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
+        Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
+      }
 
-    const typename V::T vscale = V::Set1(scale);
-    for (int64_t r = 0; r < rows; ++r) {
-      float* s = sc.s + r * TN;
-      for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
-      if (p.pse) {
-        const int64_t h = w.hk * G + w.g0 + r / nq, i = w.i0 + r % nq;
-        const int64_t po = b * p.pse_sb + h * p.pse_sh + (pse_row0 + i) * p.pse_ss +
-                           (pse_col0 + jt0) * p.pse_sk;
-        for (int64_t n = 0; n < nk; ++n) s[n] += cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
+      if (!full) {  // element visibility of the boundary tile, shared by the heads of a query
+        for (int64_t qi = 0; qi < nq; ++qi) {
+          const int64_t i = w.i0 + qi;
+          uint8_t* vr = sc.vis + qi * TN;
+          const uint8_t* mrow =
+              p.mask ? p.mask + b * p.mask_sb + (mask_row0 + i) * p.mask_ss : nullptr;
+          for (int64_t n = 0; n < nk; ++n) {
+            const int64_t j = jt0 + n;
+            bool ok = j >= i - pre && j <= i + next;
+            if (ok && mrow) ok = mrow[(mask_col0 + j) * p.mask_sk] == 0;
+            vr[n] = ok;
+          }
+        }
       }
-      if (!full) {
-        const uint8_t* vr = sc.vis + (r % nq) * TN;
-        for (int64_t n = 0; n < nk; ++n)
-          if (!vr[n]) s[n] = kNegInf;
-      }
-      for (int64_t n = nk; n < npad; ++n) s[n] = kNegInf;
 
-      typename V::T vm = V::Set1(kNegInf);
-      for (int64_t n = 0; n < npad; n += W) vm = V::Max(vm, V::Load(s + n));
-      const float m_old = out.m[r];
-      const float m_new = std::max(m_old, V::ReduceMax(vm));
-      if (m_new == kNegInf) {  // nothing visible yet: P = 0 (PvMasked skips it when it matters)
-        for (int64_t n = 0; n < npad; ++n) s[n] = 0.f;
-        continue;
-      }
-      const typename V::T vmn = V::Set1(m_new);
-      typename V::T vsum = V::Zero();
-      for (int64_t n = 0; n < npad; n += W) {
-        typename V::T e = V::Exp(V::Sub(V::Load(s + n), vmn));
-        vsum = V::Add(vsum, e);
-        if (pe == Elem::kBF16) e = V::RoundBF16(e);
-        else if (pe == Elem::kF16) e = V::RoundF16(e);
-        V::Store(s + n, e);
-      }
-      const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
-      out.l[r] = out.l[r] * alpha + V::ReduceSum(vsum);
-      out.m[r] = m_new;
-      if (alpha != 1.f) {
-        float* a = out.acc + r * out.acc_stride;
-        const typename V::T va = V::Set1(alpha);
-        for (int64_t d = 0; d < ldv; d += W) V::Store(a + d, V::Mul(V::Load(a + d), va));
-      }
-    }
+      const typename V::T vscale = V::Set1(scale);
+      for (int64_t r = 0; r < hrows; ++r) {
+        float* s = sc.s + r * TN;
+        for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
+        if (p.pse) {
+          const int64_t h = hk * G + w.g0 + r / nq, i = w.i0 + r % nq;
+          const int64_t po = b * p.pse_sb + h * p.pse_sh + (pse_row0 + i) * p.pse_ss +
+                             (pse_col0 + jt0) * p.pse_sk;
+          for (int64_t n = 0; n < nk; ++n) s[n] += cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
+        }
+        if (!full) {
+          const uint8_t* vr = sc.vis + (r % nq) * TN;
+          for (int64_t n = 0; n < nk; ++n)
+            if (!vr[n]) s[n] = kNegInf;
+        }
+        for (int64_t n = nk; n < npad; ++n) s[n] = kNegInf;
 
-    if (stream) {
-      switch (FastElem(p.v, sc.kpre)) {
-        case Elem::kF32: StreamPv<Elem::kF32>(sc.s, rows, fastv, Dv, nk, out.acc, out.acc_stride);
-          break;
-        case Elem::kF16: StreamPv<Elem::kF16>(sc.s, rows, fastv, Dv, nk, out.acc, out.acc_stride);
-          break;
-        default: StreamPv<Elem::kBF16>(sc.s, rows, fastv, Dv, nk, out.acc, out.acc_stride);
-          break;
+        typename V::T vm = V::Set1(kNegInf);
+        for (int64_t n = 0; n < npad; n += W) vm = V::Max(vm, V::Load(s + n));
+        const float m_old = o.m[r];
+        const float m_new = std::max(m_old, V::ReduceMax(vm));
+        if (m_new == kNegInf) {  // nothing visible yet: P = 0 (PvMasked skips it when it matters)
+          for (int64_t n = 0; n < npad; ++n) s[n] = 0.f;
+          continue;
+        }
+        const typename V::T vmn = V::Set1(m_new);
+        typename V::T vsum = V::Zero();
+        for (int64_t n = 0; n < npad; n += W) {
+          typename V::T e = V::Exp(V::Sub(V::Load(s + n), vmn));
+          vsum = V::Add(vsum, e);
+          if (pe == Elem::kBF16) e = V::RoundBF16(e);
+          else if (pe == Elem::kF16) e = V::RoundF16(e);
+          V::Store(s + n, e);
+        }
+        const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
+        o.l[r] = o.l[r] * alpha + V::ReduceSum(vsum);
+        o.m[r] = m_new;
+        if (alpha != 1.f) {
+          float* a = o.acc + r * o.acc_stride;
+          const typename V::T va = V::Set1(alpha);
+          for (int64_t d = 0; d < ldv; d += W) V::Store(a + d, V::Mul(V::Load(a + d), va));
+        }
       }
-    } else if (!full && v_bad) {
-      PvMasked(sc.s, rows, sc.vis, nq, sc.v, ldv, nk, out.acc, out.acc_stride);
-    } else {
-      Pv(sc.s, rows, sc.v, ldv, nk, out.acc, out.acc_stride);
+
+      if (stream) {
+        switch (FastElem(p.v, sc.kpre)) {
+          case Elem::kF32: StreamPv<Elem::kF32>(sc.s, hrows, fastv, Dv, nk, o.acc, o.acc_stride);
+            break;
+          case Elem::kF16: StreamPv<Elem::kF16>(sc.s, hrows, fastv, Dv, nk, o.acc, o.acc_stride);
+            break;
+          default: StreamPv<Elem::kBF16>(sc.s, hrows, fastv, Dv, nk, o.acc, o.acc_stride);
+            break;
+        }
+      } else if (!full && v_bad) {
+        PvMasked(sc.s, hrows, sc.vis, nq, sc.v, ldv, nk, o.acc, o.acc_stride);
+      } else {
+        Pv(sc.s, hrows, sc.v, ldv, nk, o.acc, o.acc_stride);
+      }
     }
   }
 }

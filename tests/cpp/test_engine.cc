@@ -355,6 +355,41 @@ TEST(Engine, StreamingDecode) {
   RunCase(s);
 }
 
+// Decode items span several KV heads (plan.h, n_hk): each tile reads whole token rows of the
+// [block, block_size, H_kv * D] cache. Odd block sizes (NaN in the unused tail of the last page
+// and in the spare pages), splits (long keys), a sliding band, sinks, pse, a few query rows, and
+// more KV heads than fit one item (chunks of kMaxRows rows); 1-3 threads bitwise (RunCase).
+TEST(Engine, MultiHeadDecode) {
+  for (int64_t block : {7, 33, 128}) {
+    CaseSpec s;
+    s.h_q = 16;
+    s.h_kv = 8;
+    s.d_qk = 32;
+    s.d_v = 48;
+    s.block = block;
+    s.batch = 3;
+    s.q_len = {1, 2, 4};
+    s.kv_len = {1500 + block, 77, 2100};
+    s.sinks = block == 33;
+    s.pse = block == 7 ? Elem::kBF16 : Elem::kU8;
+    if (block == 128) s.pre = 700;  // sliding window: the leading splits see nothing
+    RunCase(s);
+  }
+  for (int64_t block : {0, 16}) {
+    CaseSpec s;
+    s.qe = s.oe = Elem::kF16;
+    s.h_q = 80;  // 40 KV heads x 2: 32 heads per item, then 8
+    s.h_kv = 40;
+    s.d_qk = 16;
+    s.d_v = 16;
+    s.block = block;
+    s.batch = 2;
+    s.q_len = {1};
+    s.kv_len = {1100, 3};
+    RunCase(s);
+  }
+}
+
 // Replaces the float cache of `kv` (D channels) by int8 / int4 codes at the same element
 // strides with a Dequant of `kind`, so that |(x + offset) * scale| <= amp. `keep` owns the buffers.
 void Quantize(Problem& p, KvOperand& kv, int64_t D, Elem e, Dequant::Kind kind, bool with_offset,

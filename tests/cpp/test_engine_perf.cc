@@ -56,23 +56,26 @@ int Threads() {
 
 // B=1, 32 query heads, 8 KV heads, D=128, KV 16384 bf16 paged (block 128), Q_S=1.
 TEST(EnginePerf, DISABLED_DecodeBf16Paged) {
-  // SKV overrides the length; CONTIG=1 uses a contiguous BNSD cache instead of paging.
+  // SKV overrides the length, BATCH the batch (each batch its own pages / rows). Layouts:
+  // default the 3-D paged cache [block, block_size, H*D] (BSH/BSND users); PAGED4D=1 the 4-D one
+  // [block, H, block_size, D]; CONTIG=1 a contiguous BNSD cache.
   const int64_t hq = 32, hkv = 8, D = 128, bs = 128;
-  const int64_t S = std::getenv("SKV") ? std::atoi(std::getenv("SKV")) : 16384, nb = S / bs;
-  Bf16Buf q(hq * D, 1), k(nb * hkv * bs * D, 2), v(nb * hkv * bs * D, 3);
-  std::vector<uint16_t> out(hq * D);
+  const int64_t S = std::getenv("SKV") ? std::atoi(std::getenv("SKV")) : 16384, nb1 = S / bs;
+  const int64_t B = std::getenv("BATCH") ? std::atoi(std::getenv("BATCH")) : 1, nb = B * nb1;
+  Bf16Buf q(B * hq * D, 1), k(nb * hkv * bs * D, 2), v(nb * hkv * bs * D, 3);
+  std::vector<uint16_t> out(B * hq * D);
   std::vector<int32_t> table(nb);
   for (int64_t i = 0; i < nb; ++i) table[i] = static_cast<int32_t>((i * 37) % nb);
   Problem p;
-  p.batch = 1;
+  p.batch = B;
   p.h_q = hq;
   p.h_kv = hkv;
   p.d_qk = p.d_v = D;
   p.incremental = true;
-  p.q_begin = {0};
-  p.q_len = {1};
-  p.kv_begin = {0};
-  p.kv_len = {S};
+  p.q_begin.assign(B, 0);
+  p.q_len.assign(B, 1);
+  p.kv_begin.assign(B, 0);
+  p.kv_len.assign(B, S);
   p.s_q = 1;
   p.q = Operand{q.v.data(), Elem::kBF16, hq * D, D, D, 1};
   // (blocknum, blocksize, H*D)
@@ -83,13 +86,17 @@ TEST(EnginePerf, DISABLED_DecodeBf16Paged) {
     p.v.cache = Operand{v.v.data(), Elem::kBF16, S * hkv * D, S * D, D, 1};
   } else {
     p.paged = true;
+    if (std::getenv("PAGED4D")) {  // (blocknum, H, blocksize, D)
+      p.k.cache = Operand{k.v.data(), Elem::kBF16, bs * hkv * D, bs * D, D, 1};
+      p.v.cache = Operand{v.v.data(), Elem::kBF16, bs * hkv * D, bs * D, D, 1};
+    }
   }
   p.block_table = table.data();
-  p.bt_stride = nb;
+  p.bt_stride = nb1;
   p.block_size = bs;
   p.scale = 0.088;
-  p.band_pre = {Problem::kNoBand};
-  p.band_next = {Problem::kNoBand};
+  p.band_pre.assign(B, Problem::kNoBand);
+  p.band_next.assign(B, Problem::kNoBand);
   p.out = out.data();
   p.out_elem = Elem::kBF16;
   p.out_sb = hq * D;
@@ -99,8 +106,11 @@ TEST(EnginePerf, DISABLED_DecodeBf16Paged) {
   ASSERT_TRUE(EngineSupports(p, nullptr));
   RunEngine(p);
   const double ms = BestMs([&] { RunEngine(p); }, 20, Threads() == 1);
-  const double bytes = 2.0 * S * hkv * D * 2;
-  std::printf("decode bf16 paged (%s, %d threads): %.3f ms, %.1f GB/s\n", SimdTarget().c_str(),
+  const double bytes = 2.0 * B * S * hkv * D * 2;
+  std::printf("decode bf16 %s B=%lld S=%lld (%s, %d threads): %.3f ms, %.1f GB/s\n",
+              std::getenv("CONTIG") ? "contig BNSD" : std::getenv("PAGED4D") ? "paged 4-D"
+                                                                           : "paged 3-D",
+              static_cast<long long>(B), static_cast<long long>(S), SimdTarget().c_str(),
               Threads(), ms, bytes / ms / 1e6);
 }
 
