@@ -76,6 +76,8 @@ inline bool RowContiguousBf16(const Operand& o) {
 
 inline bool AmxCan(const Problem& p, const WorkItem& w) {
   if (p.q.elem != Elem::kBF16 || p.d_rope != 0 || w.rows() < 16) return false;
+  // Multi-head decode items (plan.h n_hk > 1) stream several KV heads per item: generic path.
+  if (w.n_hk != 1) return false;
   if (p.d_qk % 32 != 0 || p.d_v % 16 != 0 || p.d_qk > 1024 || p.d_v > 1024) return false;
   for (const KvOperand* kv : {&p.k, &p.v}) {
     if (kv->dequant.kind != Dequant::Kind::kNone || !RowContiguousBf16(kv->cache)) return false;
