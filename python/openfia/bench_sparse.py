@@ -123,7 +123,8 @@ def build_kvqsfa(name, *, B, S1, N, topk_tokens, kv_len, page, sblock, seed=3):
     shape = (f"B={B} S1={S1} N={N} D=512+64 topk={topk_tokens}"
              + (f" (={kentries}x{sblock})" if sblock > 1 else "")
              + f" KV={kv_len} int8 paged/{page}")
-    return SparseWorkload(name, shape, S1 == 1, 2.0 * (576 + 512) * pairs, kv_bytes, io,
+    # S1 = 4 is multi-token-prediction decode: the KV cache is as cold as for S1 = 1.
+    return SparseWorkload(name, shape, True, 2.0 * (576 + 512) * pairs, kv_bytes, io,
                           call_openfia, lambda o: o.reshape(B * S1, 1, N, 512), prep, sdpa, vmax,
                           topk_tokens + 576)
 
