@@ -3,6 +3,8 @@
 #   scripts/bench.sh               # demo preset: every workload at 1/8 size (a few minutes)
 #   scripts/bench.sh full          # the exact shapes
 #   scripts/bench.sh demo --only D1,P2 --runs 5   # extra arguments go to python -m openfia.bench
+#   scripts/bench.sh demo --ops fia               # FIA rows only (default --ops all adds the
+#                                                 # KvQuantSparseFlashAttention / SparseAttnSharedkv rows)
 # Writes bench_out/: results.md (the table), results.json, roofline.png, limits.json,
 # openfia-bench.txt (C++ benchmark: thread scaling, decode time vs KV length, memory check).
 set -euo pipefail

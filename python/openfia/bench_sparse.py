@@ -1,0 +1,360 @@
+"""Sparse-attention workloads of `python -m openfia.bench`: KvQuantSparseFlashAttention (S1, S2,
+DeepSeek-V3.2) and SparseAttnSharedkv (V1, V2, V3, DeepSeek-V4), each with a fair PyTorch
+composition measured in the same run.
+
+Each workload yields the same result record as the FIA rows of bench.py (bench.run_workload), so
+they share the table. Peers:
+  * "torch" : everything a PyTorch user does per call, all of it timed: gather the selected rows
+    (through the page table), dequantize (KvQuantSparseFlashAttention: int8 * per-tile scale,
+    rounded to bf16 as the operator does; the rope bytes reinterpreted as bf16), then one
+    scaled_dot_product_attention with the query heads folded into query rows (all heads share
+    the one KV head); SparseAttnSharedkv adds a zero key whose additive bias is the head's sink
+    (its score is the sink, its value 0: exactly the sink term of the softmax denominator).
+  * "torch*": the same SDPA call on K/V already gathered and dequantized (PyTorch's best case).
+Correctness gate, before timing: the same composition in float32 on the same (exactly
+dequantized) inputs is the reference; openfia's bf16 output must be within
+BF16_U * (max|ref| + max|V|) of it elementwise: P is rounded to bf16 before P.V (<= u/2 of
+max|V|) and the output is rounded once (<= u/2 of |out|); float32 accumulation over <= 2200 keys
+adds < u/32 of max|V|. A wrong selection, threshold, scale or sink is of the size of the output.
+
+These operators run on openfia's fp64 reference for now (the fast engine does not support them
+yet): their timings measure the reference. The demo preset therefore uses reduced sizes.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+BF16_U = 2.0 ** -8
+
+
+@dataclass
+class SparseWorkload:
+    name: str
+    shape: str
+    decode: bool
+    flops: float             # 2 * (Dqk + Dv) per attended (query head, key) pair; sinks excluded
+    kv_bytes: float          # bytes of the selected K/V rows read once (the operator's minimum)
+    io_bytes: float          # kv_bytes + query + output
+    call_openfia: object     # () -> output tensor in the workload's layout
+    out_to_rows: object      # openfia output -> [R, 1, N, Dv] (the peers' layout)
+    prep: object             # () -> tuple of SDPA inputs (gather + dequantize), timed in "torch"
+    sdpa: object             # (prepared) -> [R, 1, N, Dv]
+    vmax: float              # max |V| over the attended values
+    acc_len: int             # longest float32 dot product / accumulation of the reference
+    note: str = ""           # extra text for the report (metadata split)
+
+
+def _pages(n_tokens_per_batch, B, page, gen):
+    """A shuffled page table: [B, ceil(S/page)] int32 over B * that many blocks."""
+    import torch
+
+    nb = -(-n_tokens_per_batch // page)
+    perm = torch.randperm(B * nb, generator=gen).to(torch.int32)
+    return perm.reshape(B, nb), B * nb
+
+
+def _phys(table, b_idx, tok, page):
+    """Physical row (block * page + offset) of logical token `tok` of batch `b_idx` (broadcast)."""
+    return table[b_idx, tok // page].long() * page + tok % page
+
+
+# ---- KvQuantSparseFlashAttention ---------------------------------------------------------------
+
+def build_kvqsfa(name, *, B, S1, N, topk_tokens, kv_len, page, sblock, seed=3):
+    import torch
+    import torch.nn.functional as F
+
+    import openfia
+    from openfia import kvqsfa as K
+
+    gen = torch.Generator().manual_seed(seed)
+    dt = torch.bfloat16
+    table, nblocks = _pages(kv_len, B, page, gen)
+    nope = torch.randn(nblocks * page, 512, generator=gen)
+    rope = torch.randn(nblocks * page, 64, generator=gen).to(dt)
+    pool = K.quantize_kv_rows(nope, rope, "int8").reshape(nblocks, page, 1, 656)
+    query = torch.randn(B, S1, N, 576, generator=gen).to(dt)
+    kentries = topk_tokens // sblock
+    # sparse_mode 3: row i sees tokens < thr = kv_len - S1 + i + 1; the lightning indexer picks
+    # distinct entries, all below the row's threshold (whole blocks for sparse_block_size > 1).
+    idx = torch.empty(B, S1, 1, kentries, dtype=torch.int32)
+    for b in range(B):
+        for i in range(S1):
+            thr = kv_len - S1 + i + 1
+            idx[b, i, 0] = torch.randperm(thr // sblock, generator=gen)[:kentries].int()
+    scale = 576 ** -0.5
+    lens = torch.full((B,), kv_len, dtype=torch.int64)
+
+    def call_openfia():
+        return openfia.npu_kv_quant_sparse_flash_attention(
+            query, pool, pool, idx, scale, 2, 2, attention_mode=2, layout_kv="PA_BSND",
+            block_table=table, actual_seq_lengths_kv=lens, sparse_block_size=sblock,
+            sparse_mode=3)
+
+    flat = pool.view(torch.uint8).reshape(-1, 656)
+    bix = torch.arange(B).view(B, 1, 1)
+    q_rows = query.reshape(B * S1, 1, N, 576)
+
+    def prep():
+        tok = idx[:, :, 0, :].long()                                   # [B, S1, E]
+        if sblock > 1:
+            tok = (tok.unsqueeze(-1) * sblock + torch.arange(sblock)).flatten(-2)
+        rows = flat[_phys(table, bix, tok, page)]                      # [B, S1, T, 656] bytes
+        sc = rows[..., 640:656].contiguous().view(torch.float32)       # [B, S1, T, 4]
+        q8 = rows[..., :512].contiguous().view(torch.int8).float().unflatten(-1, (4, 128))
+        knope = (q8 * sc.unsqueeze(-1)).flatten(-2).to(dt)             # as the operator rounds
+        krope = rows[..., 512:640].contiguous().view(dt)
+        k = torch.cat([knope, krope], -1).reshape(B * S1, 1, -1, 576)
+        return k, k[..., :512]
+
+    def sdpa(kv, dtype=None, abs_v=False):
+        k, v = kv
+        q = q_rows if dtype is None else q_rows.to(dtype)
+        if dtype is not None:
+            k, v = k.to(dtype), v.to(dtype)
+        return F.scaled_dot_product_attention(q, k, v.abs() if abs_v else v, scale=scale)
+
+    pairs = B * S1 * N * topk_tokens
+    kv_bytes = B * S1 * topk_tokens * 656
+    io = kv_bytes + query.numel() * 2 + B * S1 * N * 512 * 2
+    vmax = float(prep()[1].float().abs().max())
+    shape = (f"B={B} S1={S1} N={N} D=512+64 topk={topk_tokens}"
+             + (f" (={kentries}x{sblock})" if sblock > 1 else "")
+             + f" KV={kv_len} int8 paged/{page}")
+    # S1 = 4 is multi-token-prediction decode: the KV cache is as cold as for S1 = 1.
+    return SparseWorkload(name, shape, True, 2.0 * (576 + 512) * pairs, kv_bytes, io,
+                          call_openfia, lambda o: o.reshape(B * S1, 1, N, 512), prep, sdpa, vmax,
+                          topk_tokens + 576)
+
+
+# ---- SparseAttnSharedkv -----------------------------------------------------------------------
+
+WIN = 128  # ori_win_left 127 + the token itself
+
+
+def build_sas(name, *, B, S1, S2, N, D, ratio, k2, page=128, cmp_page=64, metadata=False,
+              seed=5):
+    import torch
+    import torch.nn.functional as F
+
+    import openfia
+    from openfia import sas
+
+    gen = torch.Generator().manual_seed(seed)
+    dt = torch.bfloat16
+    S3 = S2 // ratio
+    ori_table, nb1 = _pages(S2, B, page, gen)
+    cmp_table, nb2 = _pages(max(S3, 1), B, cmp_page, gen)
+    ori = (torch.rand(nb1 * page, D, generator=gen) * 2 - 1).to(dt)
+    cmpv = (torch.rand(nb2 * cmp_page, D, generator=gen) * 2 - 1).to(dt)
+    q = (torch.rand(B, S1, N, D, generator=gen) * 2 - 1).to(dt)
+    sinks = torch.rand(N, generator=gen) * 4 - 2
+    seqused = torch.full((B,), S2, dtype=torch.int32)
+    p = torch.arange(S1) + (S2 - S1)                                     # absolute positions
+    thr = (p + 1) // ratio                                               # compressed entries seen
+    idx = None
+    if k2:
+        idx = torch.empty(B, S1, 1, k2, dtype=torch.int32)
+        for b in range(B):
+            for i in range(S1):
+                n = min(k2, int(thr[i]))
+                row = torch.full((k2,), -1, dtype=torch.int32)
+                row[:n] = torch.randperm(int(thr[i]), generator=gen)[:n].int()
+                idx[b, i, 0] = row
+    scale = D ** -0.5
+    meta = None
+    note = ""
+    if metadata:
+        meta = sas.npu_sparse_attn_sharedkv_metadata(
+            N, 1, D, seqused_kv=seqused, batch_size=B, max_seqlen_q=S1, max_seqlen_kv=S2,
+            cmp_topk=k2, cmp_ratio=ratio, layout_q="BSND")
+        recs = meta[:8 * 36].reshape(36, 8)
+        enabled = int((recs[:, 0] != 0).sum())
+        note = (f"{name}: metadata split over {openfia.get_num_threads()} workers: {enabled} "
+                f"worker(s) planned with work (units are (batch, query token) for SCFA and work "
+                f"is never split along the KV axis, so B=1 decode is one unit). The API exposes "
+                f"the plan, not per-worker busy time: none is reported.")
+    ori_pool = ori.reshape(nb1, page, 1, D)
+    cmp_pool = cmpv.reshape(nb2, cmp_page, 1, D)
+
+    def call_openfia():
+        return sas.npu_sparse_attn_sharedkv(
+            q, ori_kv=ori_pool, cmp_kv=cmp_pool, cmp_sparse_indices=idx,
+            ori_block_table=ori_table, cmp_block_table=cmp_table, seqused_kv=seqused,
+            sinks=sinks, metadata=meta, softmax_scale=scale, cmp_ratio=ratio,
+            layout_q="BSND")[0]
+
+    # Per row the keys are: window positions p-127..p (masked below 0), then the compressed
+    # entries (SCFA: the row's indices, -1 masked; CFA: all entries, those >= thr masked), then
+    # the sink column. Prefill (CFA) goes chunk by chunk of query rows so that the window and
+    # the compressed prefix are shared by the chunk's rows (a banded mask), as one would in
+    # PyTorch; decode gathers each row's own keys.
+    win_off = torch.arange(-WIN + 1, 1)
+    bix = torch.arange(B).view(B, 1, 1)
+    sink_bias = sinks.view(1, 1, N, 1)
+    chunk = 128
+
+    def prep():
+        if k2:
+            wpos = p.view(1, S1, 1) + win_off                            # [1, S1, WIN]
+            wvalid = (wpos >= 0).expand(B, S1, WIN)
+            wk = ori[_phys(ori_table, bix, wpos.clamp(min=0), page)]     # [B, S1, WIN, D]
+            ci = idx[:, :, 0, :].long()
+            cvalid = ci >= 0
+            ck = cmpv[_phys(cmp_table, bix, ci.clamp(min=0), cmp_page)]  # [B, S1, k2, D]
+            kv = torch.cat([wk, ck, torch.zeros(B, S1, 1, D, dtype=dt)], 2)
+            kv = kv.reshape(B * S1, 1, -1, D)
+            valid = torch.cat([wvalid, cvalid], 2).reshape(B * S1, 1, 1, -1)
+            bias = torch.where(valid, 0.0, -math.inf).expand(-1, 1, N, -1)
+            mask = torch.cat([bias, sink_bias.expand(B * S1, 1, N, 1)], -1)
+            return [(kv, mask)]
+        out = []
+        for b in range(B):
+            ck_all = cmpv[_phys(cmp_table, b, torch.arange(S3), cmp_page)]    # [S3, D]
+            for c0 in range(0, S1, chunk):
+                c1 = min(S1, c0 + chunk)
+                lo, hi = max(int(p[c0]) - WIN + 1, 0), int(p[c1 - 1]) + 1
+                wk = ori[_phys(ori_table, b, torch.arange(lo, hi), page)]     # [hi-lo, D]
+                ncmp = int(thr[c1 - 1])
+                kv = torch.cat([wk, ck_all[:ncmp], torch.zeros(1, D, dtype=dt)])
+                pr = p[c0:c1].view(-1, 1)
+                kpos = torch.arange(lo, hi).view(1, -1)
+                wv = (kpos <= pr) & (kpos > pr - WIN)
+                cv = torch.arange(ncmp).view(1, -1) < thr[c0:c1].view(-1, 1)
+                bias = torch.where(torch.cat([wv, cv], 1), 0.0, -math.inf)   # [rows, keys]
+                mask = torch.cat([bias.view(1, c1 - c0, 1, -1).expand(1, c1 - c0, N, -1),
+                                  sink_bias.expand(1, c1 - c0, N, 1)], -1)
+                out.append((kv.view(1, 1, -1, D), mask.reshape(1, 1, (c1 - c0) * N, -1)))
+        return out
+
+    def sdpa(parts, dtype=None, abs_v=False):
+        if k2:
+            kv, mask = parts[0]
+            qq = q.reshape(B * S1, 1, N, D)
+            if dtype is not None:
+                qq, kv, mask = qq.to(dtype), kv.to(dtype), mask.to(dtype)
+            return F.scaled_dot_product_attention(qq, kv, kv.abs() if abs_v else kv,
+                                                  attn_mask=mask.to(qq.dtype), scale=scale)
+        outs, k = [], 0
+        for b in range(B):
+            for c0 in range(0, S1, chunk):
+                c1 = min(S1, c0 + chunk)
+                kv, mask = parts[k]
+                k += 1
+                qq = q[b, c0:c1].reshape(1, 1, (c1 - c0) * N, D)
+                if dtype is not None:
+                    qq, kv = qq.to(dtype), kv.to(dtype)
+                o = F.scaled_dot_product_attention(qq, kv, kv.abs() if abs_v else kv,
+                                                   attn_mask=mask.to(qq.dtype), scale=scale)
+                outs.append(o.reshape(c1 - c0, 1, N, D))
+        return torch.cat(outs).reshape(B * S1, 1, N, D)
+
+    keys_per_row = [min(int(p[i]) + 1, WIN) + (min(k2, int(thr[i])) if k2 else int(thr[i]))
+                    for i in range(S1)]
+    pairs = B * N * sum(keys_per_row)
+    kv_bytes = B * sum(keys_per_row) * D * 2 if S1 == 1 else B * (S2 + S3) * D * 2
+    io = kv_bytes + 2 * q.numel() * 2
+    vmax = max(float(ori.float().abs().max()), float(cmpv.float().abs().max()))
+    mode = f"SCFA k2={k2}" if k2 else "CFA"
+    shape = (f"B={B} S1={S1} N={N} D={D} oriKV={S2} win={WIN} cmp/{ratio} {mode} sinks "
+             f"paged/{page}" + (" +metadata" if metadata else ""))
+    return SparseWorkload(name, shape, S1 == 1, 2.0 * 2 * D * pairs, kv_bytes, io, call_openfia,
+                          lambda o: o.reshape(B * S1, 1, N, D), prep, sdpa, vmax,
+                          max(keys_per_row) + D, note)
+
+
+# ---- the workload list -----------------------------------------------------------------------
+
+# name -> (builder, full-size kwargs, demo kwargs). Demo sizes keep the head geometry and the
+# operator features (paging, block-wise indices, MTP, sinks, metadata) and shrink B, N, KV and
+# top-k so that all five rows run in well under a minute on 2 cores on the fp64 reference.
+SPARSE_CASES = {
+    "S1": (build_kvqsfa, dict(B=4, S1=1, N=128, topk_tokens=2048, kv_len=32768, page=64, sblock=1),
+           dict(B=2, S1=1, N=32, topk_tokens=512, kv_len=4096, page=64, sblock=1)),
+    "S2": (build_kvqsfa, dict(B=4, S1=4, N=128, topk_tokens=2048, kv_len=32768, page=64,
+                              sblock=16),
+           dict(B=2, S1=4, N=16, topk_tokens=256, kv_len=4096, page=64, sblock=16)),
+    "V1": (build_sas, dict(B=16, S1=1, S2=8192, N=64, D=512, ratio=4, k2=512),
+           dict(B=4, S1=1, S2=2048, N=64, D=512, ratio=4, k2=256)),
+    "V2": (build_sas, dict(B=1, S1=2048, S2=2048, N=64, D=512, ratio=128, k2=0),
+           dict(B=1, S1=128, S2=128 * 8, N=16, D=512, ratio=128, k2=0)),
+    "V3": (build_sas, dict(B=1, S1=1, S2=8192, N=64, D=512, ratio=4, k2=512, metadata=True),
+           dict(B=1, S1=1, S2=2048, N=64, D=512, ratio=4, k2=256, metadata=True)),
+}
+
+
+def names():
+    return list(SPARSE_CASES)
+
+
+def build(name, preset):
+    builder, full, demo = SPARSE_CASES[name]
+    return builder(name + ("@demo" if preset == "demo" else ""), **(demo if preset == "demo"
+                                                                       else full))
+
+
+def probe_impl(openfia, w):
+    """"engine", or "reference" when the fast engine does not support this operator (yet)."""
+    openfia.set_impl("engine")
+    try:
+        w.call_openfia()
+        return "engine", ""
+    except openfia.OpenfiaError as e:
+        if "engine" not in str(e):
+            raise
+        return "reference", str(e)
+    finally:
+        openfia.set_impl("auto")
+
+
+def run_workload(openfia, torch, w, runs, flush, progress):
+    res = {"workload": w.name, "shape": w.shape, "decode": w.decode, "flops": w.flops,
+           "kv_bytes": w.kv_bytes, "io_bytes": w.io_bytes, "limit": "bf16"}
+    if w.note:
+        res["note"] = w.note
+    impl, why = probe_impl(openfia, w)
+    res["impl"], res["impl_note"] = impl, why
+    progress.step(f"{w.name}: openfia ({impl}) first call")
+
+    o_fia = w.out_to_rows(w.call_openfia()).float()
+    prepared = w.prep()
+    ref = w.sdpa(prepared, torch.float32).float()
+
+    def call_fair():
+        return w.sdpa(w.prep())
+
+    o_fair = call_fair().float()
+    o_best = w.sdpa(prepared).float()
+    err = lambda o: float((o - ref).abs().max()) if o.shape == ref.shape else math.inf  # noqa: E731
+    res["err_openfia"], res["err_torch"] = err(o_fia), err(o_fair)
+    res["err_torch_best"] = err(o_best)
+    # Elementwise bound: output rounding u/2 |out| + P rounded to bf16 u/2 sum P|v| (computed:
+    # SDPA with |V|), doubled, plus the float32 reference's own accumulation error.
+    tol = (BF16_U * (ref.abs() + w.sdpa(prepared, torch.float32, abs_v=True).float())
+           + w.acc_len * 2.0 ** -24 * w.vmax)
+    ratio = (o_fia - ref).abs() / tol if o_fia.shape == ref.shape else None
+    worst = int(ratio.flatten().argmax()) if ratio is not None else 0
+    res["tol"] = float(tol.flatten()[worst])
+    res["err_to_tol"] = float(ratio.max()) if ratio is not None else math.inf
+    res["correct"] = bool(torch.isfinite(o_fia).all()) and res["err_to_tol"] <= 1.0
+    if not res["correct"]:
+        progress.step(f"{w.name}: WRONG RESULT, not timed", 3 * runs)
+        return res
+
+    peers = [("openfia", w.call_openfia), ("torch", call_fair),
+             ("torch_best", lambda: w.sdpa(prepared))]
+    best = {n: math.inf for n, _ in peers}
+    for r in range(runs):
+        for n, fn in peers:
+            if flush is not None and w.decode:
+                flush()
+            t0 = time.perf_counter()
+            fn()
+            best[n] = min(best[n], time.perf_counter() - t0)
+            progress.step(f"{w.name}: {n} run {r + 1}/{runs}")
+    for n in best:
+        res[f"t_{n}"] = best[n]
+    return res
+
