@@ -192,6 +192,101 @@ inline void PvTile(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t D
   }
 }
 
+// out[r] = op over the 16 lanes of v[r], for 16 rows at once: a transposed reduction tree (15
+// shuffle pairs instead of 16 serial in-register reductions). Each row's lanes are paired as
+// _mm512_reduce_*_ps pairs them (i with i + 8, then + 4, + 2, + 1).
+template <typename Op>
+inline __m512 ReduceRows16(const float (*v)[16], Op op) {
+  __m512 w[8], x[4], y[2];
+  for (int i = 0; i < 8; ++i) {  // lanes 0-1: row 2i (8 partials), lanes 2-3: row 2i + 1
+    const __m512 a = _mm512_load_ps(v[2 * i]), b = _mm512_load_ps(v[2 * i + 1]);
+    w[i] = op(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+              _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  for (int i = 0; i < 4; ++i)  // lane k: row 4i + k (4 partials)
+    x[i] = op(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+              _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int i = 0; i < 2; ++i)  // lane k: rows 8i + k, 8i + 4 + k (2 partials each)
+    y[i] = op(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+              _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Element 4k + j holds row 4j + k.
+  const __m512 z = op(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  return _mm512_permutexvar_ps(idx, z);
+}
+
+// The softmax of 16 rows of a plain tile (all TN keys visible, no pse): the same operations as
+// the row-by-row path (scale, max, exp(s - m), bf16 P, l = l * alpha + sum, acc *= alpha), but
+// the row maxima and sums are reduced across the 16 rows together and the 16 rescale factors
+// come from one vector exp. s: 16 score rows of TN floats, P is written over them as bf16.
+inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc, int64_t lda,
+                           int64_t ldv) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  alignas(64) float part[16][16];
+  alignas(64) float mrow[16];
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int r = 0; r < 16; ++r) {
+    const float* sr = s + r * TN;
+    __m512 vm = _mm512_set1_ps(kNegInf);
+    for (int k = 0; k < TN / 16; ++k)
+      vm = _mm512_max_ps(vm, _mm512_mul_ps(_mm512_loadu_ps(sr + 16 * k), vscale));
+    _mm512_store_ps(part[r], vm);
+  }
+  const auto vmax = [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); };
+  const __m512 m_old = _mm512_loadu_ps(m);
+  // std::max(m_old, max) keeps m_old when the maximum is NaN; so does max_ps(max, m_old).
+  const __m512 m_new = _mm512_max_ps(ReduceRows16(part, vmax), m_old);
+  const __m512 ninf = _mm512_set1_ps(kNegInf);
+  const __mmask16 dead = _mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ);  // nothing visible yet
+  const __mmask16 fresh = _mm512_cmp_ps_mask(m_old, ninf, _CMP_EQ_OQ);
+  // alpha = exp(m_old - m_new), 0 for a row without history (exp(0) is exactly 1).
+  const __m512 alpha = _mm512_maskz_mov_ps(
+      static_cast<__mmask16>(~fresh), V::Exp(_mm512_sub_ps(m_old, m_new)));
+  _mm512_store_ps(mrow, m_new);
+  for (int r = 0; r < 16; ++r) {
+    float* sr = s + r * TN;
+    uint16_t* pr = reinterpret_cast<uint16_t*>(sr);
+    if (dead >> r & 1) {  // P = 0, the row state stays as it is
+      std::memset(pr, 0, TN * 2);
+      _mm512_store_ps(part[r], _mm512_setzero_ps());
+      continue;
+    }
+    const __m512 vmn = _mm512_set1_ps(mrow[r]);
+    __m512 x[TN / 16];
+    __m512 vsum = _mm512_setzero_ps();
+    for (int k = 0; k < TN / 16; ++k) {
+      x[k] = V::Exp(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sr + 16 * k), vscale), vmn));
+      vsum = _mm512_add_ps(vsum, x[k]);
+    }
+    // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to zero;
+    // TDPBF16PS would read such a P as zero anyway (see the top of the file).
+    for (int k = 0; k < TN / 16; k += 2)
+      _mm512_storeu_si512(pr + 16 * k,
+                          reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x[k + 1], x[k])));
+    _mm512_store_ps(part[r], vsum);
+  }
+  const auto vadd = [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); };
+  const __m512 l_old = _mm512_loadu_ps(l);
+  const __m512 l_new = _mm512_add_ps(_mm512_mul_ps(l_old, alpha), ReduceRows16(part, vadd));
+  const __mmask16 live = static_cast<__mmask16>(~dead);
+  _mm512_mask_storeu_ps(l, live, l_new);
+  _mm512_mask_storeu_ps(m, live, m_new);
+  // Rows whose maximum moved rescale their accumulator (alpha != 1, NaN included).
+  unsigned moved =
+      _mm512_mask_cmp_ps_mask(live, alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ);
+  alignas(64) float av[16];
+  _mm512_store_ps(av, alpha);
+  while (moved) {
+    const int r = __builtin_ctz(moved);
+    moved &= moved - 1;
+    float* a = acc + r * lda;
+    const __m512 va = _mm512_set1_ps(av[r]);
+    for (int64_t d = 0; d < ldv; d += 16)
+      _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+  }
+}
+
 void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
   if (!AmxCan(p, w)) return Avx512Kernels()->attend(p, w, sc, out);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -281,7 +376,13 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
     // The softmax of attend-inl.h, except that P goes out as bf16 (it is bf16-exact already).
     const __m512 vscale = _mm512_set1_ps(scale);
     const bool plain = full && p.pse == nullptr && nk == TN;
-    for (int64_t r = 0; r < rows; ++r) {
+    int64_t r_first = 0;  // rows before it went through SoftmaxBlock16
+    if (plain) {
+      for (; r_first + 16 <= rows; r_first += 16)
+        SoftmaxBlock16(sc.s + r_first * TN, scale, out.m + r_first, out.l + r_first,
+                       out.acc + r_first * out.acc_stride, out.acc_stride, ldv);
+    }
+    for (int64_t r = r_first; r < rows; ++r) {
       float* s = sc.s + r * TN;
       uint16_t* pr = reinterpret_cast<uint16_t*>(s);
       if (plain) {  // the common case in registers: the same operations, no round trips

@@ -178,5 +178,16 @@ TEST(Amx, LargeScores) {
   RunAmx(s);
 }
 
+TEST(Amx, FullTilesRowBlocks) {
+  // Many full key tiles for whole 16-row blocks (the vectorized softmax) next to a partial
+  // block (the row-by-row path); amp 4: maxima move in some rows of a block and not in others.
+  CaseSpec s = Prefill(128, 128, {40}, {600});
+  s.h_q = 8;
+  s.h_kv = 2;
+  s.amp = 4.f;
+  s.scale = 0.25;
+  RunAmx(s);
+}
+
 }  // namespace
 }  // namespace openfia::internal::testing
