@@ -126,6 +126,64 @@ inline float LoadElem(const Operand& o, const TileDq& q, int64_t n, bool pre, co
   return cvt::RoundToElem(deq, q.qe);
 }
 
+// Vectorized antiquant of whole vectors of channels: int8 / int4 storage with unit channel
+// stride, a Dequant whose channel term is d * sd (no d_group, storage coordinates). Same fp32
+// operations in the same order as LoadElem ((x + offset) * scale, then the query-dtype
+// rounding), so the result is bitwise that of the scalar path.
+inline bool DqVecOk(const Operand& o, const Dequant* dq) {
+  return dq != nullptr && (o.elem == Elem::kI8 || o.elem == Elem::kI4) && o.sd == 1 &&
+         o.d_split == 0 && dq->d_group == 0 && !dq->logical &&
+         dq->kind != Dequant::Kind::kPerTile && dq->kind != Dequant::Kind::kNone;
+}
+
+// W scale (or offset) values at idx, idx + sd, ...: a broadcast for sd == 0 (per token / head /
+// tensor), a vector load for sd == 1 (per channel).
+inline typename V::T LoadParam(const void* p, Elem e, int64_t idx, int64_t sd) {
+  if (sd == 0) return V::Set1(cvt::Load(p, e, idx));
+  if (sd == 1) {
+    switch (e) {
+      case Elem::kF32: return V::Load(static_cast<const float*>(p) + idx);
+      case Elem::kF16: return V::LoadF16(static_cast<const uint16_t*>(p) + idx);
+      case Elem::kBF16: return V::LoadBF16(static_cast<const uint16_t*>(p) + idx);
+      default: break;
+    }
+  }
+  alignas(64) float t[W];
+  for (int c = 0; c < W; ++c) t[c] = cvt::Load(p, e, idx + c * sd);
+  return V::Load(t);
+}
+
+// W quantized channels at element index e of `base`, as f32 (exact: small integers).
+inline typename V::T LoadQuant(const void* base, Elem elem, int64_t e) {
+  alignas(64) float t[W];
+  if (elem == Elem::kI8) {
+    const int8_t* src = static_cast<const int8_t*>(base) + e;
+    for (int c = 0; c < W; ++c) t[c] = static_cast<float>(src[c]);
+  } else if (W % 2 == 0 && (e & 1) == 0) {  // int4, byte aligned: low nibble first
+    const uint8_t* src = static_cast<const uint8_t*>(base) + (e >> 1);
+    for (int c = 0; c < W / 2; ++c) {
+      const uint8_t byte = src[c];
+      t[2 * c] = static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(byte << 4)) >> 4);
+      t[2 * c + 1] = static_cast<float>(static_cast<int8_t>(byte) >> 4);
+    }
+  } else {
+    for (int c = 0; c < W; ++c) t[c] = cvt::Load(base, elem, e + c);
+  }
+  return V::Load(t);
+}
+
+// Channels [d0, d0 + W) of key n, dequantized (DqVecOk(o, dq) holds).
+inline typename V::T LoadRowDq(const Operand& o, const Dequant& dq, const TileDq& q, int64_t n,
+                               const void* base, int64_t off, int64_t d0) {
+  typename V::T x = LoadQuant(base, o.elem, off + d0);
+  const int64_t idx = dq.Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], d0);
+  if (dq.offset != nullptr) x = V::Add(x, LoadParam(dq.offset, dq.offset_elem, idx, dq.sd));
+  x = V::Mul(x, LoadParam(dq.scale, dq.scale_elem, idx, dq.sd));
+  if (q.qe == Elem::kBF16) return V::RoundBF16(x);
+  if (q.qe == Elem::kF16) return V::RoundF16(x);
+  return x;
+}
+
 // Prefetches the rows of keys [j0, j1) (row-contiguous storage only): decode streams K and V
 // from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
 // not follow across pages; asking one tile ahead keeps enough misses in flight.
@@ -223,9 +281,15 @@ inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* 
           if (n < nk) {
             const Operand& o = pre[n] ? kv.prefix : kv.cache;
             if (dq.any()) {
-              alignas(64) float t[W];
-              for (int c = 0; c < W; ++c) t[c] = LoadElem(o, dq, n, pre[n], base[n], off[n], d0 + c);
-              r[i] = V::Load(t);
+              const Dequant* d = pre[n] ? dq.prefix : dq.cache;
+              if (DqVecOk(o, d)) {
+                r[i] = LoadRowDq(o, *d, dq, n, base[n], off[n], d0);
+              } else {
+                alignas(64) float t[W];
+                for (int c = 0; c < W; ++c)
+                  t[c] = LoadElem(o, dq, n, pre[n], base[n], off[n], d0 + c);
+                r[i] = V::Load(t);
+              }
             } else {
               r[i] = LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0);
             }
@@ -275,6 +339,12 @@ inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* o
     const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
     for (int64_t n = 0; n < nk; ++n) {
       const Operand& o = pre[n] ? kv.prefix : kv.cache;
+      const Dequant* d = dq.any() ? (pre[n] ? dq.prefix : dq.cache) : nullptr;
+      if (DqVecOk(o, d)) {
+        for (int64_t d0 = 0; d0 < dfull; d0 += W)
+          V::Store(v + n * ld + d0, LoadRowDq(o, *d, dq, n, base[n], off[n], d0));
+        continue;
+      }
       for (int64_t d0 = 0; d0 < dfull; d0 += W) {
         if (dq.any()) {
           for (int c = 0; c < W; ++c)
