@@ -4,7 +4,8 @@
 // each per-ISA file after it defines `struct V`, the target's vector traits:
 //   kW lanes; T the register type; Zero, Set1, Load, Store (unaligned f32); Fma(a, b, c) = a*b+c,
 //   Mul, Add, Sub, Max; ReduceMax, ReduceSum; Exp; RoundBF16, RoundF16 (round each lane to the
-//   format, result as f32); LoadF16, LoadBF16 (kW elements -> f32); Transpose(T r[kW]).
+//   format, result as f32); LoadF16, LoadBF16, LoadI8 (kW elements -> f32); LoadI4 (kW / 2
+//   bytes, two's complement nibbles low first -> f32; unused when kW == 1); Transpose(T r[kW]).
 // The includer has already included <algorithm>, <cmath>, <cstring>, <limits>, common/problem.h,
 // engine/plan.h, simd/simd.h and simd/scalar_convert.h.
 //
@@ -184,6 +185,99 @@ inline typename V::T LoadRowDq(const Operand& o, const Dequant& dq, const TileDq
   return x;
 }
 
+// The tile's rows prepared for the vectorized antiquant: every key in one operand with
+// DqVecOk, int4 rows byte aligned, and the scale / offset either one value per row (sd == 0:
+// per token / head / tensor) or one vector over the channels shared by all rows (per channel).
+struct DqRows {
+  const void* row[TN];  // int8: channel 0 of key n; int4: its byte
+  float s[TN], o[TN];   // per row
+  alignas(64) float sc[1024], oc[1024];  // per channel
+  Elem elem = Elem::kI8;
+  bool per_row = true, has_off = false;
+  Elem qe = Elem::kF32;
+};
+
+inline bool MakeDqRows(const KvOperand& kv, const void* const* base, const int64_t* off,
+                       const uint8_t* pre, int64_t nk, int64_t D, const TileDq& q, DqRows* r) {
+  const Operand& o = pre[0] ? kv.prefix : kv.cache;
+  const Dequant* dq = pre[0] ? q.prefix : q.cache;
+  if (!DqVecOk(o, dq) || D > 1024) return false;
+  for (int64_t n = 0; n < nk; ++n) {
+    if (pre[n] != pre[0]) return false;
+    if (o.elem == Elem::kI4 && (off[n] & 1) != 0) return false;
+  }
+  r->elem = o.elem;
+  r->qe = q.qe;
+  r->has_off = dq->offset != nullptr;
+  r->per_row = dq->sd == 0;
+  if (!r->per_row && (dq->sb != 0 || dq->ss != 0)) return false;  // per-row vectors: general path
+  for (int64_t n = 0; n < nk; ++n) {
+    r->row[n] = static_cast<const char*>(base[n]) + (o.elem == Elem::kI4 ? off[n] >> 1 : off[n]);
+    if (r->per_row) {
+      const int64_t idx = dq->Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], 0);
+      r->s[n] = cvt::Load(dq->scale, dq->scale_elem, idx);
+      r->o[n] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx) : 0.f;
+    }
+  }
+  if (!r->per_row) {
+    const int64_t idx = dq->Index(0, q.h, 0, 0);
+    for (int64_t d = 0; d < D; ++d) {
+      r->sc[d] = cvt::Load(dq->scale, dq->scale_elem, idx + d * dq->sd);
+      r->oc[d] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx + d * dq->sd) : 0.f;
+    }
+  }
+  return true;
+}
+
+// W quantized channels starting at channel d0 (a multiple of W) of a prepared row, as f32.
+template <Elem E>
+inline typename V::T LoadQ(const void* row, int64_t d0) {
+  if constexpr (E == Elem::kI8) return V::LoadI8(static_cast<const int8_t*>(row) + d0);
+  else if constexpr (W == 1) return V::Set1(cvt::Load(row, Elem::kI4, d0));
+  else return V::LoadI4(static_cast<const uint8_t*>(row) + d0 / 2);
+}
+
+template <Elem E>
+inline typename V::T DqAt(const DqRows& r, int64_t n, int64_t d0) {
+  typename V::T x = LoadQ<E>(r.row[n], d0);
+  if (r.per_row) {
+    if (r.has_off) x = V::Add(x, V::Set1(r.o[n]));
+    x = V::Mul(x, V::Set1(r.s[n]));
+  } else {
+    if (r.has_off) x = V::Add(x, V::Load(r.oc + d0));
+    x = V::Mul(x, V::Load(r.sc + d0));
+  }
+  if (r.qe == Elem::kBF16) return V::RoundBF16(x);
+  if (r.qe == Elem::kF16) return V::RoundF16(x);
+  return x;
+}
+
+template <Elem E>
+inline void PackKTDq(const DqRows& f, int64_t nk, int64_t dfull, int64_t row0, float* kt) {
+  const int64_t npad = (nk + W - 1) / W * W;
+  for (int64_t n0 = 0; n0 < npad; n0 += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, nk - n0));
+    for (int64_t d0 = 0; d0 < dfull; d0 += W) {
+      typename V::T r[W];
+      if (m == W) {
+        OPENFIA_UNROLL
+        for (int i = 0; i < W; ++i) r[i] = DqAt<E>(f, n0 + i, d0);
+      } else {
+        for (int i = 0; i < W; ++i) r[i] = i < m ? DqAt<E>(f, n0 + i, d0) : V::Zero();
+      }
+      V::Transpose(r);
+      OPENFIA_UNROLL
+      for (int i = 0; i < W; ++i) V::Store(kt + (row0 + d0 + i) * TN + n0, r[i]);
+    }
+  }
+}
+
+template <Elem E>
+inline void PackVDq(const DqRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
+  for (int64_t n = 0; n < nk; ++n)
+    for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(v + n * ld + d0, DqAt<E>(f, n, d0));
+}
+
 // Prefetches the rows of keys [j0, j1) (row-contiguous storage only): decode streams K and V
 // from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
 // not follow across pages; asking one tile ahead keeps enough misses in flight.
@@ -262,10 +356,13 @@ inline void PackKTFast(const FastRows& f, int64_t nk, int64_t D, int64_t row0, f
 // kt[(row0 + d) * TN + n] = channel d of key n, for d < D, n < round_up(nk, W) (zeros past nk).
 inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* off,
                    const uint8_t* pre, int64_t nk, int64_t D, int64_t row0, float* kt,
-                   FastRows* fast, const TileDq& dq) {
+                   FastRows* fast, const TileDq& dq, DqRows* dq_rows = nullptr) {
   const int64_t npad = (nk + W - 1) / W * W;
   const int64_t dfull = D / W * W;
-  if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+  if (dq.any() && dq_rows != nullptr && MakeDqRows(kv, base, off, pre, nk, D, dq, dq_rows)) {
+    if (dq_rows->elem == Elem::kI8) PackKTDq<Elem::kI8>(*dq_rows, nk, dfull, row0, kt);
+    else PackKTDq<Elem::kI4>(*dq_rows, nk, dfull, row0, kt);
+  } else if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
     switch ((pre[0] ? kv.prefix : kv.cache).elem) {
       case Elem::kF32: PackKTFast<Elem::kF32>(*fast, nk, D, row0, kt); break;
       case Elem::kF16: PackKTFast<Elem::kF16>(*fast, nk, D, row0, kt); break;
@@ -327,9 +424,12 @@ inline void PackVFast(const FastRows& f, int64_t nk, int64_t dfull, int64_t ld, 
 // v[n * ld + d] = channel d of value n for n < nk, d < ld (zeros past D).
 inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* off,
                   const uint8_t* pre, int64_t nk, int64_t D, int64_t ld, float* v,
-                  FastRows* fast, const TileDq& dq) {
+                  FastRows* fast, const TileDq& dq, DqRows* dq_rows = nullptr) {
   const int64_t dfull = D / W * W;
-  if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+  if (dq.any() && dq_rows != nullptr && MakeDqRows(kv, base, off, pre, nk, D, dq, dq_rows)) {
+    if (dq_rows->elem == Elem::kI8) PackVDq<Elem::kI8>(*dq_rows, nk, dfull, ld, v);
+    else PackVDq<Elem::kI4>(*dq_rows, nk, dfull, ld, v);
+  } else if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
     switch ((pre[0] ? kv.prefix : kv.cache).elem) {
       case Elem::kF32: PackVFast<Elem::kF32>(*fast, nk, dfull, ld, v); break;
       case Elem::kF16: PackVFast<Elem::kF16>(*fast, nk, dfull, ld, v); break;
@@ -646,6 +746,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   }
 
   FastRows fast, fastv;
+  DqRows dq_rows;  // reused by every antiquant pack (each fills it for its own operand)
   // Rows of one KV head; a multi-head item (decode) runs the heads one after the other on each
   // tile, so each head's rows see exactly the operations of a single-head item.
   const int64_t hrows = w.head_rows();
@@ -707,10 +808,11 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
           default: StreamScores<Elem::kBF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
         }
       } else {
-        PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq);
+        PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
         if (p.d_rope > 0)
-          PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq);
-        PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq);
+          PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
+                 &dq_rows);
+        PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq, &dq_rows);
         v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
         Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
       }
