@@ -285,15 +285,17 @@ constexpr int64_t kPrefetchTiles = OPENFIA_PREFETCH_TILES;
 inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk,
                          int64_t n_hk, int64_t j0, int64_t j1, int64_t D) {
   const Elem e = kv.cache.elem;
-  if (kv.cache.sd != 1 || kv.cache.d_split != 0 || e == Elem::kI4) return;
+  if (kv.cache.sd != 1 || kv.cache.d_split != 0) return;
   const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
-  const int64_t bytes = D * size, head_bytes = kv.cache.sh * size;
+  const bool i4 = e == Elem::kI4;  // two elements a byte
+  const int64_t bytes = i4 ? (D + 1) / 2 : D * size;
+  const int64_t head_bytes = i4 ? kv.cache.sh / 2 : kv.cache.sh * size;
   for (int64_t j = std::max(j0, p.prefix_len); j < j1; ++j) {
     const void* base;
     int64_t off;
     uint8_t pre;
     ResolveKey(p, kv, b, hk, j, &base, &off, &pre);
-    const char* row = static_cast<const char*>(base) + off * size;
+    const char* row = static_cast<const char*>(base) + (i4 ? off / 2 : off * size);
     for (int64_t h = 0; h < n_hk; ++h, row += head_bytes) {  // heads: a linear stride (sh)
       for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
       __builtin_prefetch(row + bytes - 1);
@@ -807,6 +809,16 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
           case Elem::kF16: StreamScores<Elem::kF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
           default: StreamScores<Elem::kBF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
         }
+      } else if (stream_ok && full && kdq.any() &&
+                 MakeDqRows(p.k, sc.kbase, sc.koff, sc.kpre, nk, D, kdq, &dq_rows)) {
+        // Antiquant decode: dequantize K row-major into kt (no transpose; D * TN floats fit) and
+        // stream the scores over it as over an f32 cache; V is packed as below.
+        if (dq_rows.elem == Elem::kI8) PackVDq<Elem::kI8>(dq_rows, nk, D, D, sc.kt);
+        else PackVDq<Elem::kI4>(dq_rows, nk, D, D, sc.kt);
+        for (int64_t n = 0; n < nk; ++n) fast.row[n] = sc.kt + n * D;
+        for (int64_t k = 0; k * W < D; ++k) fast.doff[k] = k * W;
+        StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s);
+        PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq, &dq_rows);
       } else {
         PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
         if (p.d_rope > 0)
