@@ -4,7 +4,8 @@
 // each per-ISA file after it defines `struct V`, the target's vector traits:
 //   kW lanes; T the register type; Zero, Set1, Load, Store (unaligned f32); Fma(a, b, c) = a*b+c,
 //   Mul, Add, Sub, Max; ReduceMax, ReduceSum; Exp; RoundBF16, RoundF16 (round each lane to the
-//   format, result as f32); LoadF16, LoadBF16 (kW elements -> f32); Transpose(T r[kW]).
+//   format, result as f32); LoadF16, LoadBF16, LoadI8 (kW elements -> f32); LoadI4 (kW / 2
+//   bytes, two's complement nibbles low first -> f32; unused when kW == 1); Transpose(T r[kW]).
 // The includer has already included <algorithm>, <cmath>, <cstring>, <limits>, common/problem.h,
 // engine/plan.h, simd/simd.h and simd/scalar_convert.h.
 //
@@ -126,6 +127,157 @@ inline float LoadElem(const Operand& o, const TileDq& q, int64_t n, bool pre, co
   return cvt::RoundToElem(deq, q.qe);
 }
 
+// Vectorized antiquant of whole vectors of channels: int8 / int4 storage with unit channel
+// stride, a Dequant whose channel term is d * sd (no d_group, storage coordinates). Same fp32
+// operations in the same order as LoadElem ((x + offset) * scale, then the query-dtype
+// rounding), so the result is bitwise that of the scalar path.
+inline bool DqVecOk(const Operand& o, const Dequant* dq) {
+  return dq != nullptr && (o.elem == Elem::kI8 || o.elem == Elem::kI4) && o.sd == 1 &&
+         o.d_split == 0 && dq->d_group == 0 && !dq->logical &&
+         dq->kind != Dequant::Kind::kPerTile && dq->kind != Dequant::Kind::kNone;
+}
+
+// W scale (or offset) values at idx, idx + sd, ...: a broadcast for sd == 0 (per token / head /
+// tensor), a vector load for sd == 1 (per channel).
+inline typename V::T LoadParam(const void* p, Elem e, int64_t idx, int64_t sd) {
+  if (sd == 0) return V::Set1(cvt::Load(p, e, idx));
+  if (sd == 1) {
+    switch (e) {
+      case Elem::kF32: return V::Load(static_cast<const float*>(p) + idx);
+      case Elem::kF16: return V::LoadF16(static_cast<const uint16_t*>(p) + idx);
+      case Elem::kBF16: return V::LoadBF16(static_cast<const uint16_t*>(p) + idx);
+      default: break;
+    }
+  }
+  alignas(64) float t[W];
+  for (int c = 0; c < W; ++c) t[c] = cvt::Load(p, e, idx + c * sd);
+  return V::Load(t);
+}
+
+// W quantized channels at element index e of `base`, as f32 (exact: small integers).
+inline typename V::T LoadQuant(const void* base, Elem elem, int64_t e) {
+  alignas(64) float t[W];
+  if (elem == Elem::kI8) {
+    const int8_t* src = static_cast<const int8_t*>(base) + e;
+    for (int c = 0; c < W; ++c) t[c] = static_cast<float>(src[c]);
+  } else if (W % 2 == 0 && (e & 1) == 0) {  // int4, byte aligned: low nibble first
+    const uint8_t* src = static_cast<const uint8_t*>(base) + (e >> 1);
+    for (int c = 0; c < W / 2; ++c) {
+      const uint8_t byte = src[c];
+      t[2 * c] = static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(byte << 4)) >> 4);
+      t[2 * c + 1] = static_cast<float>(static_cast<int8_t>(byte) >> 4);
+    }
+  } else {
+    for (int c = 0; c < W; ++c) t[c] = cvt::Load(base, elem, e + c);
+  }
+  return V::Load(t);
+}
+
+// Channels [d0, d0 + W) of key n, dequantized (DqVecOk(o, dq) holds).
+inline typename V::T LoadRowDq(const Operand& o, const Dequant& dq, const TileDq& q, int64_t n,
+                               const void* base, int64_t off, int64_t d0) {
+  typename V::T x = LoadQuant(base, o.elem, off + d0);
+  const int64_t idx = dq.Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], d0);
+  if (dq.offset != nullptr) x = V::Add(x, LoadParam(dq.offset, dq.offset_elem, idx, dq.sd));
+  x = V::Mul(x, LoadParam(dq.scale, dq.scale_elem, idx, dq.sd));
+  if (q.qe == Elem::kBF16) return V::RoundBF16(x);
+  if (q.qe == Elem::kF16) return V::RoundF16(x);
+  return x;
+}
+
+// The tile's rows prepared for the vectorized antiquant: every key in one operand with
+// DqVecOk, int4 rows byte aligned, and the scale / offset either one value per row (sd == 0:
+// per token / head / tensor) or one vector over the channels shared by all rows (per channel).
+struct DqRows {
+  const void* row[TN];  // int8: channel 0 of key n; int4: its byte
+  float s[TN], o[TN];   // per row
+  alignas(64) float sc[1024], oc[1024];  // per channel
+  Elem elem = Elem::kI8;
+  bool per_row = true, has_off = false;
+  Elem qe = Elem::kF32;
+};
+
+inline bool MakeDqRows(const KvOperand& kv, const void* const* base, const int64_t* off,
+                       const uint8_t* pre, int64_t nk, int64_t D, const TileDq& q, DqRows* r) {
+  const Operand& o = pre[0] ? kv.prefix : kv.cache;
+  const Dequant* dq = pre[0] ? q.prefix : q.cache;
+  if (!DqVecOk(o, dq) || D > 1024) return false;
+  for (int64_t n = 0; n < nk; ++n) {
+    if (pre[n] != pre[0]) return false;
+    if (o.elem == Elem::kI4 && (off[n] & 1) != 0) return false;
+  }
+  r->elem = o.elem;
+  r->qe = q.qe;
+  r->has_off = dq->offset != nullptr;
+  r->per_row = dq->sd == 0;
+  if (!r->per_row && (dq->sb != 0 || dq->ss != 0)) return false;  // per-row vectors: general path
+  for (int64_t n = 0; n < nk; ++n) {
+    r->row[n] = static_cast<const char*>(base[n]) + (o.elem == Elem::kI4 ? off[n] >> 1 : off[n]);
+    if (r->per_row) {
+      const int64_t idx = dq->Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], 0);
+      r->s[n] = cvt::Load(dq->scale, dq->scale_elem, idx);
+      r->o[n] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx) : 0.f;
+    }
+  }
+  if (!r->per_row) {
+    const int64_t idx = dq->Index(0, q.h, 0, 0);
+    for (int64_t d = 0; d < D; ++d) {
+      r->sc[d] = cvt::Load(dq->scale, dq->scale_elem, idx + d * dq->sd);
+      r->oc[d] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx + d * dq->sd) : 0.f;
+    }
+  }
+  return true;
+}
+
+// W quantized channels starting at channel d0 (a multiple of W) of a prepared row, as f32.
+template <Elem E>
+inline typename V::T LoadQ(const void* row, int64_t d0) {
+  if constexpr (E == Elem::kI8) return V::LoadI8(static_cast<const int8_t*>(row) + d0);
+  else if constexpr (W == 1) return V::Set1(cvt::Load(row, Elem::kI4, d0));
+  else return V::LoadI4(static_cast<const uint8_t*>(row) + d0 / 2);
+}
+
+template <Elem E>
+inline typename V::T DqAt(const DqRows& r, int64_t n, int64_t d0) {
+  typename V::T x = LoadQ<E>(r.row[n], d0);
+  if (r.per_row) {
+    if (r.has_off) x = V::Add(x, V::Set1(r.o[n]));
+    x = V::Mul(x, V::Set1(r.s[n]));
+  } else {
+    if (r.has_off) x = V::Add(x, V::Load(r.oc + d0));
+    x = V::Mul(x, V::Load(r.sc + d0));
+  }
+  if (r.qe == Elem::kBF16) return V::RoundBF16(x);
+  if (r.qe == Elem::kF16) return V::RoundF16(x);
+  return x;
+}
+
+template <Elem E>
+inline void PackKTDq(const DqRows& f, int64_t nk, int64_t dfull, int64_t row0, float* kt) {
+  const int64_t npad = (nk + W - 1) / W * W;
+  for (int64_t n0 = 0; n0 < npad; n0 += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, nk - n0));
+    for (int64_t d0 = 0; d0 < dfull; d0 += W) {
+      typename V::T r[W];
+      if (m == W) {
+        OPENFIA_UNROLL
+        for (int i = 0; i < W; ++i) r[i] = DqAt<E>(f, n0 + i, d0);
+      } else {
+        for (int i = 0; i < W; ++i) r[i] = i < m ? DqAt<E>(f, n0 + i, d0) : V::Zero();
+      }
+      V::Transpose(r);
+      OPENFIA_UNROLL
+      for (int i = 0; i < W; ++i) V::Store(kt + (row0 + d0 + i) * TN + n0, r[i]);
+    }
+  }
+}
+
+template <Elem E>
+inline void PackVDq(const DqRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
+  for (int64_t n = 0; n < nk; ++n)
+    for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(v + n * ld + d0, DqAt<E>(f, n, d0));
+}
+
 // Prefetches the rows of keys [j0, j1) (row-contiguous storage only): decode streams K and V
 // from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
 // not follow across pages; asking one tile ahead keeps enough misses in flight.
@@ -133,15 +285,17 @@ constexpr int64_t kPrefetchTiles = OPENFIA_PREFETCH_TILES;
 inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk,
                          int64_t n_hk, int64_t j0, int64_t j1, int64_t D) {
   const Elem e = kv.cache.elem;
-  if (kv.cache.sd != 1 || kv.cache.d_split != 0 || e == Elem::kI4) return;
+  if (kv.cache.sd != 1 || kv.cache.d_split != 0) return;
   const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
-  const int64_t bytes = D * size, head_bytes = kv.cache.sh * size;
+  const bool i4 = e == Elem::kI4;  // two elements a byte
+  const int64_t bytes = i4 ? (D + 1) / 2 : D * size;
+  const int64_t head_bytes = i4 ? kv.cache.sh / 2 : kv.cache.sh * size;
   for (int64_t j = std::max(j0, p.prefix_len); j < j1; ++j) {
     const void* base;
     int64_t off;
     uint8_t pre;
     ResolveKey(p, kv, b, hk, j, &base, &off, &pre);
-    const char* row = static_cast<const char*>(base) + off * size;
+    const char* row = static_cast<const char*>(base) + (i4 ? off / 2 : off * size);
     for (int64_t h = 0; h < n_hk; ++h, row += head_bytes) {  // heads: a linear stride (sh)
       for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
       __builtin_prefetch(row + bytes - 1);
@@ -204,10 +358,13 @@ inline void PackKTFast(const FastRows& f, int64_t nk, int64_t D, int64_t row0, f
 // kt[(row0 + d) * TN + n] = channel d of key n, for d < D, n < round_up(nk, W) (zeros past nk).
 inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* off,
                    const uint8_t* pre, int64_t nk, int64_t D, int64_t row0, float* kt,
-                   FastRows* fast, const TileDq& dq) {
+                   FastRows* fast, const TileDq& dq, DqRows* dq_rows = nullptr) {
   const int64_t npad = (nk + W - 1) / W * W;
   const int64_t dfull = D / W * W;
-  if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+  if (dq.any() && dq_rows != nullptr && MakeDqRows(kv, base, off, pre, nk, D, dq, dq_rows)) {
+    if (dq_rows->elem == Elem::kI8) PackKTDq<Elem::kI8>(*dq_rows, nk, dfull, row0, kt);
+    else PackKTDq<Elem::kI4>(*dq_rows, nk, dfull, row0, kt);
+  } else if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
     switch ((pre[0] ? kv.prefix : kv.cache).elem) {
       case Elem::kF32: PackKTFast<Elem::kF32>(*fast, nk, D, row0, kt); break;
       case Elem::kF16: PackKTFast<Elem::kF16>(*fast, nk, D, row0, kt); break;
@@ -223,9 +380,15 @@ inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* 
           if (n < nk) {
             const Operand& o = pre[n] ? kv.prefix : kv.cache;
             if (dq.any()) {
-              alignas(64) float t[W];
-              for (int c = 0; c < W; ++c) t[c] = LoadElem(o, dq, n, pre[n], base[n], off[n], d0 + c);
-              r[i] = V::Load(t);
+              const Dequant* d = pre[n] ? dq.prefix : dq.cache;
+              if (DqVecOk(o, d)) {
+                r[i] = LoadRowDq(o, *d, dq, n, base[n], off[n], d0);
+              } else {
+                alignas(64) float t[W];
+                for (int c = 0; c < W; ++c)
+                  t[c] = LoadElem(o, dq, n, pre[n], base[n], off[n], d0 + c);
+                r[i] = V::Load(t);
+              }
             } else {
               r[i] = LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0);
             }
@@ -263,9 +426,12 @@ inline void PackVFast(const FastRows& f, int64_t nk, int64_t dfull, int64_t ld, 
 // v[n * ld + d] = channel d of value n for n < nk, d < ld (zeros past D).
 inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* off,
                   const uint8_t* pre, int64_t nk, int64_t D, int64_t ld, float* v,
-                  FastRows* fast, const TileDq& dq) {
+                  FastRows* fast, const TileDq& dq, DqRows* dq_rows = nullptr) {
   const int64_t dfull = D / W * W;
-  if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+  if (dq.any() && dq_rows != nullptr && MakeDqRows(kv, base, off, pre, nk, D, dq, dq_rows)) {
+    if (dq_rows->elem == Elem::kI8) PackVDq<Elem::kI8>(*dq_rows, nk, dfull, ld, v);
+    else PackVDq<Elem::kI4>(*dq_rows, nk, dfull, ld, v);
+  } else if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
     switch ((pre[0] ? kv.prefix : kv.cache).elem) {
       case Elem::kF32: PackVFast<Elem::kF32>(*fast, nk, dfull, ld, v); break;
       case Elem::kF16: PackVFast<Elem::kF16>(*fast, nk, dfull, ld, v); break;
@@ -275,6 +441,12 @@ inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* o
     const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
     for (int64_t n = 0; n < nk; ++n) {
       const Operand& o = pre[n] ? kv.prefix : kv.cache;
+      const Dequant* d = dq.any() ? (pre[n] ? dq.prefix : dq.cache) : nullptr;
+      if (DqVecOk(o, d)) {
+        for (int64_t d0 = 0; d0 < dfull; d0 += W)
+          V::Store(v + n * ld + d0, LoadRowDq(o, *d, dq, n, base[n], off[n], d0));
+        continue;
+      }
       for (int64_t d0 = 0; d0 < dfull; d0 += W) {
         if (dq.any()) {
           for (int c = 0; c < W; ++c)
@@ -576,6 +748,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   }
 
   FastRows fast, fastv;
+  DqRows dq_rows;  // reused by every antiquant pack (each fills it for its own operand)
   // Rows of one KV head; a multi-head item (decode) runs the heads one after the other on each
   // tile, so each head's rows see exactly the operations of a single-head item.
   const int64_t hrows = w.head_rows();
@@ -636,11 +809,22 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
           case Elem::kF16: StreamScores<Elem::kF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
           default: StreamScores<Elem::kBF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
         }
+      } else if (stream_ok && full && kdq.any() &&
+                 MakeDqRows(p.k, sc.kbase, sc.koff, sc.kpre, nk, D, kdq, &dq_rows)) {
+        // Antiquant decode: dequantize K row-major into kt (no transpose; D * TN floats fit) and
+        // stream the scores over it as over an f32 cache; V is packed as below.
+        if (dq_rows.elem == Elem::kI8) PackVDq<Elem::kI8>(dq_rows, nk, D, D, sc.kt);
+        else PackVDq<Elem::kI4>(dq_rows, nk, D, D, sc.kt);
+        for (int64_t n = 0; n < nk; ++n) fast.row[n] = sc.kt + n * D;
+        for (int64_t k = 0; k * W < D; ++k) fast.doff[k] = k * W;
+        StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s);
+        PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq, &dq_rows);
       } else {
-        PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq);
+        PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
         if (p.d_rope > 0)
-          PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq);
-        PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq);
+          PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
+                 &dq_rows);
+        PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq, &dq_rows);
         v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
         Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
       }

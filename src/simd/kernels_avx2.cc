@@ -78,6 +78,18 @@ struct V {
   static T LoadF16(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  // 8 int8 / 8 int4 (4 bytes, low nibble first, two's complement) as f32 (antiquant).
+  static T LoadI8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static T LoadI4(const uint8_t* p) {
+    int32_t b;
+    std::memcpy(&b, p, 4);
+    const __m128i w = _mm_cvtepu8_epi16(_mm_cvtsi32_si128(b));
+    const __m128i lo = _mm_srai_epi16(_mm_slli_epi16(w, 12), 12);
+    const __m128i hi = _mm_srai_epi16(_mm_slli_epi16(w, 8), 12);
+    return _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_unpacklo_epi16(lo, hi)));
+  }
   static T LoadBF16(const uint16_t* p) {
     const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));

@@ -31,6 +31,8 @@ struct V {
   static T RoundF16(T a) { return cvt::F16ToF32(cvt::F32ToF16(a)); }
   static T LoadF16(const uint16_t* p) { return cvt::F16ToF32(*p); }
   static T LoadBF16(const uint16_t* p) { return cvt::BF16ToF32(*p); }
+  static T LoadI8(const int8_t* p) { return static_cast<float>(*p); }
+  static T LoadI4(const uint8_t* p) { return cvt::Load(p, Elem::kI4, 0); }  // kW == 1: unused
   static void Transpose(T*) {}
 };
 

@@ -58,6 +58,17 @@ struct Avx512Vec {
   static T LoadF16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
+  // 16 int8 / 16 int4 (8 bytes, low nibble first, two's complement) as f32 (antiquant).
+  static T LoadI8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static T LoadI4(const uint8_t* p) {
+    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m128i lo = _mm_srai_epi16(_mm_slli_epi16(w, 12), 12);
+    const __m128i hi = _mm_srai_epi16(_mm_slli_epi16(w, 8), 12);
+    const __m256i x = _mm256_set_m128i(_mm_unpackhi_epi16(lo, hi), _mm_unpacklo_epi16(lo, hi));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(x));
+  }
   static T LoadBF16(const uint16_t* p) {
     const __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));

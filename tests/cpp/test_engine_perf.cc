@@ -58,7 +58,9 @@ int Threads() {
 TEST(EnginePerf, DISABLED_DecodeBf16Paged) {
   // SKV overrides the length, BATCH the batch (each batch its own pages / rows). Layouts:
   // default the 3-D paged cache [block, block_size, H*D] (BSH/BSND users); PAGED4D=1 the 4-D one
-  // [block, H, block_size, D]; CONTIG=1 a contiguous BNSD cache.
+  // [block, H, block_size, D]; CONTIG=1 a contiguous BNSD cache. KVQ=i8: int8 K and V with
+// per-token scale + offset (antiquant mode 4: page-managed (block, block_size) in paged layouts,
+// (B, S) contiguous); KVQ=i4: int4 K with per-channel (H, D) and V with per-token scale + offset.
   const int64_t hq = 32, hkv = 8, D = 128, bs = 128;
   const int64_t S = std::getenv("SKV") ? std::atoi(std::getenv("SKV")) : 16384, nb1 = S / bs;
   const int64_t B = std::getenv("BATCH") ? std::atoi(std::getenv("BATCH")) : 1, nb = B * nb1;
@@ -91,6 +93,47 @@ TEST(EnginePerf, DISABLED_DecodeBf16Paged) {
       p.v.cache = Operand{v.v.data(), Elem::kBF16, bs * hkv * D, bs * D, D, 1};
     }
   }
+  const std::string kvq = std::getenv("KVQ") ? std::getenv("KVQ") : "";
+  std::vector<uint8_t> kq, vq;  // quantized storage (int4: two channels a byte, low nibble first)
+  std::vector<float> ks, ko, vs, vo;
+  if (kvq == "i8" || kvq == "i4") {
+    const Elem e = kvq == "i8" ? Elem::kI8 : Elem::kI4;
+    const int64_t n = nb * hkv * bs * D, bytes = e == Elem::kI8 ? n : n / 2;
+    std::mt19937 rng(7);
+    kq.resize(bytes);
+    vq.resize(bytes);
+    for (auto& x : kq) x = static_cast<uint8_t>(rng());
+    for (auto& x : vq) x = static_cast<uint8_t>(rng());
+    p.k.cache.data = kq.data();
+    p.v.cache.data = vq.data();
+    p.k.cache.elem = p.v.cache.elem = e;
+    std::uniform_real_distribution<float> u(0.001f, 0.01f);
+    const auto per_token = [&](Dequant* dq, std::vector<float>* sc, std::vector<float>* of) {
+      sc->resize(nb * bs);  // (block, block_size) paged, (B, S) contiguous: both nb * bs
+      of->resize(nb * bs);
+      for (auto& x : *sc) x = u(rng);
+      for (auto& x : *of) x = u(rng) * 100.f;
+      dq->kind = Dequant::Kind::kPerToken;
+      dq->scale = sc->data();
+      dq->offset = of->data();
+      dq->sb = p.paged ? bs : S;
+      dq->ss = 1;
+    };
+    per_token(&p.v.dequant, &vs, &vo);
+    if (e == Elem::kI8) {
+      per_token(&p.k.dequant, &ks, &ko);
+    } else {
+      ks.resize(hkv * D);
+      ko.resize(hkv * D);
+      for (auto& x : ks) x = u(rng);
+      for (auto& x : ko) x = u(rng) * 100.f;
+      p.k.dequant.kind = Dequant::Kind::kPerChannel;
+      p.k.dequant.scale = ks.data();
+      p.k.dequant.offset = ko.data();
+      p.k.dequant.sh = D;
+      p.k.dequant.sd = 1;
+    }
+  }
   p.block_table = table.data();
   p.bt_stride = nb1;
   p.block_size = bs;
@@ -106,8 +149,9 @@ TEST(EnginePerf, DISABLED_DecodeBf16Paged) {
   ASSERT_TRUE(EngineSupports(p, nullptr));
   RunEngine(p);
   const double ms = BestMs([&] { RunEngine(p); }, 20, Threads() == 1);
-  const double bytes = 2.0 * B * S * hkv * D * 2;
-  std::printf("decode bf16 %s B=%lld S=%lld (%s, %d threads): %.3f ms, %.1f GB/s\n",
+  const double bytes = 2.0 * B * S * hkv * D * (kvq == "i8" ? 1 : kvq == "i4" ? 0.5 : 2);
+  std::printf("decode %s %s B=%lld S=%lld (%s, %d threads): %.3f ms, %.1f GB/s\n",
+              kvq.empty() ? "bf16" : kvq.c_str(),
               std::getenv("CONTIG") ? "contig BNSD" : std::getenv("PAGED4D") ? "paged 4-D"
                                                                            : "paged 3-D",
               static_cast<long long>(B), static_cast<long long>(S), SimdTarget().c_str(),
