@@ -1,8 +1,11 @@
 // openfia: the AMX target (AMX-TILE + AMX-BF16 on top of AVX-512): bf16 prefill on tile matmuls.
 //
 // Work items it runs fast: bf16 query, bf16 K and V stored row-contiguous (sd == 1, no NZ split,
-// cache and shared prefix alike), no antiquant, no rope, at least 16 rows, d_qk % 32 == 0 and
-// d_v % 16 == 0. Every other item goes to the AVX-512 table, so semantics never depend on it.
+// cache and shared prefix alike), no antiquant, at least 16 rows, d_qk % 32 == 0 and
+// d_v % 16 == 0. MLA rope (bf16 q_rope, bf16 row-contiguous k_rope) is appended after the nope
+// channels of the packed Q rows and K tiles, zero-padded to the next multiple of 32 channels: the
+// score is Q.K + Q_rope.K_rope like attend-inl.h (zero pairs add exact zeros). Every other item
+// goes to the AVX-512 table, so semantics never depend on it.
 //
 // Per tile of kTileKeys keys (the same tiles, band skipping and boundary logic as attend-inl.h):
 //   S = Q K^T   TDPBF16PS: bf16 x bf16 products are exact in fp32, only the summation order
@@ -75,11 +78,14 @@ inline bool RowContiguousBf16(const Operand& o) {
 }
 
 inline bool AmxCan(const Problem& p, const WorkItem& w) {
-  if (p.q.elem != Elem::kBF16 || p.d_rope != 0 || w.rows() < 16) return false;
+  if (p.q.elem != Elem::kBF16 || w.rows() < 16) return false;
   // Multi-head decode items (plan.h n_hk > 1) stream several KV heads per item: generic path.
   if (w.n_hk != 1) return false;
-  if (p.d_qk % 32 != 0 || p.d_v % 16 != 0 || p.d_qk > 1024 || p.d_v > 1024) return false;
-  for (const KvOperand* kv : {&p.k, &p.v}) {
+  if (p.d_qk % 32 != 0 || p.d_v % 16 != 0 || p.d_qk + p.d_rope > 1024 || p.d_v > 1024)
+    return false;
+  if (p.d_rope > 0 && p.q_rope.elem != Elem::kBF16) return false;
+  for (const KvOperand* kv : {&p.k, &p.v, &p.k_rope}) {
+    if (kv == &p.k_rope && p.d_rope == 0) continue;
     if (kv->dequant.kind != Dequant::Kind::kNone || !RowContiguousBf16(kv->cache)) return false;
     if (kv->prefix.present() &&
         (kv->prefix_dequant.kind != Dequant::Kind::kNone || !RowContiguousBf16(kv->prefix)))
@@ -89,14 +95,18 @@ inline bool AmxCan(const Problem& p, const WorkItem& w) {
 }
 
 // kp[kk * TN + n] = bf16 pair (2kk, 2kk + 1) of key n (zero for n >= nk): the B operand of
-// S = Q K^T, whose row kk holds the pairs of channel pair kk for 16 keys.
+// S = Q K^T, whose row kk holds the pairs of channel pair kk for 16 keys. D channels are read,
+// rows are written up to D rounded up to 32 channels (zero past D).
 inline void PackK(const uint16_t* const* row, int64_t nk, int64_t D, uint32_t* kp) {
-  const int64_t pairs = D / 2;
+  const int64_t pairs = (D + 31) / 32 * 16;
   for (int64_t n0 = 0; n0 < TN; n0 += 16) {
     for (int64_t k0 = 0; k0 < pairs; k0 += 16) {
+      const int64_t left = D - 2 * k0;
+      const __mmask32 m = left >= 32 ? 0xFFFFFFFFu : (1u << left) - 1;
       __m512i r[16];
       for (int i = 0; i < 16; ++i)
-        r[i] = n0 + i < nk ? _mm512_loadu_si512(row[n0 + i] + 2 * k0) : _mm512_setzero_si512();
+        r[i] = n0 + i < nk ? _mm512_maskz_loadu_epi16(m, row[n0 + i] + 2 * k0)
+                           : _mm512_setzero_si512();
       // 16 x 16 transpose of 32-bit pairs: reuse the f32 transpose.
       __m512 f[16];
       for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(r[i]);
@@ -292,7 +302,8 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t rows_pad = (rows + 15) / 16 * 16;
-  const int64_t D = p.d_qk, Dv = p.d_v, ldv = sc.dv_pad;
+  // D: the channels of a packed Q row / K tile, nope then rope, zero-padded to a multiple of 32.
+  const int64_t D = p.d_qk + (p.d_rope + 31) / 32 * 32, Dv = p.d_v, ldv = sc.dv_pad;
   const float scale = static_cast<float>(p.scale);
   const auto at = [b](const std::vector<int64_t>& v, int64_t absent) {
     return v.empty() ? absent : v[b];
@@ -309,8 +320,9 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
   }
   if (w.j0 >= w.j1) return;
 
-  // Scratch reuse (sizes from ScratchBuffer): sc.q holds the bf16 query rows [rows_pad][D]
-  // (zero rows past `rows`), sc.kt the packed K tile [D/2][TN] pairs, sc.v the packed V tile
+  // Scratch reuse (sizes from ScratchBuffer, whose dk = d_qk + d_rope >= 32 so that
+  // D <= dk + 31 fits): sc.q holds the bf16 query rows [rows_pad][D] (zero rows past `rows`),
+  // sc.kt the packed K tile [D/2][TN] pairs, sc.v the packed V tile
   // [TN/2][Dv] pairs followed by a 16-row accumulator for the last, partial row block; P is
   // written as bf16 over the first half of each fp32 score row of sc.s.
   uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
@@ -328,14 +340,21 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
     const uint16_t* src =
         static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
     if (p.q.sd == 1 && p.q.d_split == 0) {
-      std::memcpy(dst, src, D * 2);
+      std::memcpy(dst, src, p.d_qk * 2);
     } else {
-      for (int64_t d = 0; d < D; ++d) dst[d] = src[DOff(p.q, d)];
+      for (int64_t d = 0; d < p.d_qk; ++d) dst[d] = src[DOff(p.q, d)];
     }
+    if (p.d_rope > 0) {  // rope appended after the nope channels, as attend-inl.h packs it
+      const uint16_t* rsrc =
+          static_cast<const uint16_t*>(p.q_rope.Base(b)) + p.q_rope.Offset(b, h, row, 0);
+      for (int64_t d = 0; d < p.d_rope; ++d) dst[p.d_qk + d] = rsrc[DOff(p.q_rope, d)];
+    }
+    for (int64_t d = p.d_qk + p.d_rope; d < D; ++d) dst[d] = 0;
   }
 
   const uint16_t* krow[TN];
   const uint16_t* vrow[TN];
+  const uint16_t* rrow[TN];
   LoadTileConfig();
   const int64_t tile0 = w.j0 / TN * TN;
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
@@ -350,8 +369,13 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
       krow[n] = static_cast<const uint16_t*>(base) + off;
       ResolveKey(p, p.v, b, w.hk, jt0 + n, &base, &off, &from_prefix);
       vrow[n] = static_cast<const uint16_t*>(base) + off;
+      if (p.d_rope > 0) {
+        ResolveKey(p, p.k_rope, b, w.hk, jt0 + n, &base, &off, &from_prefix);
+        rrow[n] = static_cast<const uint16_t*>(base) + off;
+      }
     }
-    PackK(krow, nk, D, kp);
+    PackK(krow, nk, p.d_qk, kp);
+    if (p.d_rope > 0) PackK(rrow, nk, p.d_rope, kp + p.d_qk / 2 * TN);
     PackV(vrow, nk, Dv, vp);
     const bool v_bad = !full && AnyNonFiniteBf16(vrow, nk, Dv);
     for (int64_t r0 = 0; r0 < rows_pad; r0 += 16) ScoreTile(qb + r0 * D, D, kp, D, sc.s + r0 * TN);

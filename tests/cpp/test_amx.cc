@@ -32,7 +32,7 @@ void Compare(Case& c, const std::vector<uint8_t>& want_out, const std::vector<fl
   const Problem& p = c.problem();
   const CaseSpec& s = c.spec();
   const double u32 = std::ldexp(1.0, -24), eps_bf16 = std::ldexp(1.0, -7);
-  const int64_t D = p.d_qk;
+  const int64_t D = p.d_qk + p.d_rope;  // MLA: the score also sums the rope channels
   int64_t kvmax = 0;
   for (int64_t b = 0; b < p.batch; ++b) kvmax = std::max(kvmax, p.kv_total(b));
   // Score error of an fp32 dot product of length D (|q|, |k| <= amp); P rounding; the sum of P V.
@@ -186,6 +186,28 @@ TEST(Amx, FullTilesRowBlocks) {
   s.h_kv = 2;
   s.amp = 4.f;
   s.scale = 0.25;
+  RunAmx(s);
+}
+
+TEST(Amx, MlaRopeDecode) {
+  // The MLA decode shape scaled down: one KV head for 32 query heads, nope 512 + rope 64 (K-rope
+  // its own operand, paged through the same block table), d_v 512; S = 1 and S = 3 (rows of one
+  // item: 32 and 96), ragged KV lengths with a partial last block and a partial key tile.
+  for (int64_t s_q : {1, 3}) {
+    CaseSpec s = Prefill(512, 512, {s_q, s_q}, {200, 77});
+    s.h_q = 32;
+    s.h_kv = 1;
+    s.d_rope = 64;
+    s.block = 16;
+    RunAmx(s);
+  }
+  // Rope not a multiple of 32 channels (zero-padded pairs) and larger scores.
+  CaseSpec s = Prefill(64, 32, {2}, {70});
+  s.h_q = 16;
+  s.h_kv = 1;
+  s.d_rope = 18;
+  s.block = 16;
+  s.amp = 3.f;
   RunAmx(s);
 }
 
