@@ -2,6 +2,7 @@
 // on unsigned integers obtained with std::bit_cast, so no shift or overflow here is UB.
 #include "common/numeric.h"
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -392,3 +393,26 @@ int64_t ElemBits(Elem e) {
 }
 
 }  // namespace openfia::internal
+
+namespace openfia::internal::cvt {
+
+// Tables for simd/scalar_convert.h (built on first use; static initialization is thread-safe).
+const float* Fp8E4M3Table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = FP8E4M3ToF32(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table.data();
+}
+
+const float* HiF8Table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = HiF8ToF32(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table.data();
+}
+
+}  // namespace openfia::internal::cvt

@@ -27,8 +27,11 @@ std::string KvWhy(const char* name, const KvOperand& kv, Elem q) {
       // The packing resolves scales by storage coordinates; logical (batch, token) ones are
       // reference-only for now.
       if (dq.logical) return std::string(name) + what + " per-token scales of a paged cache";
-      if (o.elem != Elem::kI8 && o.elem != Elem::kI4)
-        return std::string(name) + what + " antiquant of a storage other than int8/int4";
+      // Per-tile scales (KvQuantSparseFlashAttention rows) read int8 / fp8 e4m3 / hifloat8.
+      const bool tile8 = dq.kind == Dequant::Kind::kPerTile &&
+                         (o.elem == Elem::kFP8E4M3 || o.elem == Elem::kHiF8);
+      if (o.elem != Elem::kI8 && o.elem != Elem::kI4 && !tile8)
+        return std::string(name) + what + " antiquant of a storage other than int8/int4/fp8";
       if (!IsFloat(dq.scale_elem) || (dq.offset != nullptr && !IsFloat(dq.offset_elem)))
         return std::string(name) + what + " antiquant scale/offset dtype";
       return "";
@@ -71,14 +74,19 @@ bool EngineSupports(const Problem& p, std::string* why) {
   std::string w;
   const Elem q = p.q.elem;
   if (p.full_quant) w = "int8 full quantization (query/key/value int8)";
-  else if (!p.key_offset.empty()) w = "sparse per-row key selection";
-  // SparseAttnSharedkv's second key source is reference-only until the engine streams it.
-  else if (!p.key_source.empty() || p.k2.cache.present())
-    w = "a second key source (SparseAttnSharedkv compressed cache)";
+  // The second key source is read through the packing's prefix slot (attend-inl.h WithSecond),
+  // so it needs sparse key lists and a problem without a shared prefix.
+  else if ((!p.key_source.empty() || p.k2.cache.present()) &&
+           (p.key_offset.empty() || p.prefix_len != 0 || p.k.prefix.present()))
+    w = "a second key source without sparse key lists, or with a shared prefix";
+  else if (!p.key_offset.empty() && p.d_rope > 0 && p.k2.cache.present())
+    w = "MLA rope with a second key source";
   else if (!IsFloat(q)) w = "query dtype other than float32/float16/bfloat16";
   else if (p.d_rope > 0 && p.q_rope.elem != q) w = "query_rope dtype differs from the query";
   else if (!(w = KvWhy("key", p.k, q)).empty()) {
   } else if (!(w = KvWhy("value", p.v, q)).empty()) {
+  } else if (p.k2.cache.present() && !(w = KvWhy("second key", p.k2, q)).empty()) {
+  } else if (p.k2.cache.present() && !(w = KvWhy("second value", p.v2, q)).empty()) {
   } else if (p.d_rope > 0 && !(w = KvWhy("key_rope", p.k_rope, q)).empty()) {
   } else if (!IsFloat(p.out_elem) && p.out_elem != Elem::kI8) w = "output dtype";
   else if (p.pse && !IsFloat(p.pse_elem)) w = "pse_shift dtype";

@@ -26,7 +26,30 @@ Plan MakePlan(const Problem& p) {
   const int64_t q_tile = std::max<int64_t>(1, kMaxRows / g_chunk);
 
   std::vector<WorkItem> base;
-  for (int64_t b = 0; b < p.batch; ++b) {
+  if (!p.key_offset.empty()) {
+    // Sparse key selection: every (query row, KV head) has its own key list, so an item holds one
+    // query row and (a chunk of) its group's heads; its keys are the positions of that list.
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t i = 0; i < p.q_len[b]; ++i) {
+        for (int64_t hk = 0; hk < p.h_kv; ++hk) {
+          const int64_t r = (p.q_row_base[b] + i) * p.h_kv + hk;
+          for (int64_t g0 = 0; g0 < G; g0 += g_chunk) {
+            WorkItem w;
+            w.b = b;
+            w.hk = hk;
+            w.g0 = g0;
+            w.g1 = std::min(G, g0 + g_chunk);
+            w.i0 = i;
+            w.i1 = i + 1;
+            w.j0 = 0;
+            w.j1 = p.key_offset[r + 1] - p.key_offset[r];
+            base.push_back(w);
+          }
+        }
+      }
+    }
+  }
+  for (int64_t b = 0; b < p.batch && p.key_offset.empty(); ++b) {
     const int64_t nq = p.q_len[b], kvt = p.kv_total(b);
     const int64_t pre = p.band_pre.empty() ? Problem::kNoBand : p.band_pre[b];
     const int64_t next = p.band_next.empty() ? Problem::kNoBand : p.band_next[b];

@@ -92,6 +92,63 @@ inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t
   }
 }
 
+// Sparse key selection (problem.h): the list entry at position j of work item w's key list for
+// KV head hk (a sparse item has exactly one query row, so one list per KV head).
+inline int64_t ListEntry(const Problem& p, const WorkItem& w, int64_t hk, int64_t j) {
+  return p.key_offset[(p.q_row_base[w.b] + w.i0) * p.h_kv + hk] + j;
+}
+
+// Where list entry e lives: token key_index[e] of the batch's sequence in kv, or for an entry of
+// the second key source (key_source[e] != 0) token key_index[e] of kv2, reported as *second = 1:
+// the packing reads such keys through the `prefix` slot of the operand WithSecond() builds (a
+// problem with a second key source has no shared prefix, so the slot is free).
+inline void ResolveEntry(const Problem& p, const KvOperand& kv, const KvOperand& kv2, int64_t b,
+                         int64_t hk, int64_t e, const void** base, int64_t* off,
+                         uint8_t* second, int64_t* coord = nullptr) {
+  const int64_t t = p.key_index[e];
+  if (p.key_source.empty() || p.key_source[e] == 0) {
+    ResolveKey(p, kv, b, hk, p.prefix_len + t, base, off, second, coord);
+    return;
+  }
+  int64_t cb = b, cs = t;
+  if (p.block_table2 != nullptr) {
+    cb = p.block_table2[b * p.bt_stride2 + t / p.block_size2];
+    cs = t % p.block_size2;
+    *base = kv2.cache.data;
+  } else {
+    *base = kv2.cache.Base(b);
+  }
+  *off = kv2.cache.Offset(cb, hk, cs, 0);
+  *second = 1;
+  if (coord) {
+    coord[0] = cb;
+    coord[1] = cs;
+  }
+}
+
+// Logical key j of item w for KV head hk: the key range of dense problems, the position in the
+// row's key list under sparse selection. kv2 is the second key source (unused when absent).
+inline void ResolveItemKey(const Problem& p, const KvOperand& kv, const KvOperand& kv2,
+                           const WorkItem& w, int64_t hk, int64_t j, const void** base,
+                           int64_t* off, uint8_t* from_prefix, int64_t* coord = nullptr) {
+  if (p.key_offset.empty()) {
+    ResolveKey(p, kv, w.b, hk, j, base, off, from_prefix, coord);
+  } else {
+    ResolveEntry(p, kv, kv2, w.b, hk, ListEntry(p, w, hk, j), base, off, from_prefix, coord);
+  }
+}
+
+// kv with the second key source kv2 in its prefix slot (see ResolveEntry); kv itself when p has
+// no second source. Copies only empty tensor-list vectors (no allocation).
+inline KvOperand WithSecond(const Problem& p, const KvOperand& kv, const KvOperand& kv2) {
+  KvOperand m = kv;
+  if (p.k2.cache.present()) {
+    m.prefix = kv2.cache;
+    m.prefix_dequant = kv2.dequant;
+  }
+  return m;
+}
+
 // Antiquant of the keys of one tile (SEMANTICS 1.9): (x + offset) * scale in fp32, rounded to the
 // query dtype, exactly as the reference; null Dequant pointers mean the operand is not quantized.
 struct TileDq {
@@ -282,8 +339,9 @@ inline void PackVDq(const DqRows& f, int64_t nk, int64_t dfull, int64_t ld, floa
 // from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
 // not follow across pages; asking one tile ahead keeps enough misses in flight.
 constexpr int64_t kPrefetchTiles = OPENFIA_PREFETCH_TILES;
-inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk,
-                         int64_t n_hk, int64_t j0, int64_t j1, int64_t D) {
+inline void PrefetchKeys(const Problem& p, const KvOperand& kv, const KvOperand& kv2,
+                         const WorkItem& w, int64_t hk, int64_t n_hk, int64_t j0, int64_t j1,
+                         int64_t D) {
   const Elem e = kv.cache.elem;
   if (kv.cache.sd != 1 || kv.cache.d_split != 0) return;
   const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
@@ -294,7 +352,7 @@ inline void PrefetchKeys(const Problem& p, const KvOperand& kv, int64_t b, int64
     const void* base;
     int64_t off;
     uint8_t pre;
-    ResolveKey(p, kv, b, hk, j, &base, &off, &pre);
+    ResolveItemKey(p, kv, kv2, w, hk, j, &base, &off, &pre);
     const char* row = static_cast<const char*>(base) + (i4 ? off / 2 : off * size);
     for (int64_t h = 0; h < n_hk; ++h, row += head_bytes) {  // heads: a linear stride (sh)
       for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
@@ -747,6 +805,11 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
     }
   }
 
+  // The KV operands the tile loop reads: with a second key source (SparseAttnSharedkv) its keys
+  // come through the prefix slot (WithSecond / ResolveEntry).
+  const KvOperand Kx = WithSecond(p, p.k, p.k2), Vx = WithSecond(p, p.v, p.v2);
+  const KvOperand& Rx = p.k_rope;
+
   FastRows fast, fastv;
   DqRows dq_rows;  // reused by every antiquant pack (each fills it for its own operand)
   // Rows of one KV head; a multi-head item (decode) runs the heads one after the other on each
@@ -767,8 +830,8 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       const int64_t pf0 = t0 == tile0 ? jt1 : std::min(w.j1, t0 + pf_keys);
       const int64_t pf1 = std::min(w.j1, t0 + TN + pf_keys);
       if (pf0 < pf1) {
-        PrefetchKeys(p, p.k, b, w.hk, w.n_hk, pf0, pf1, p.d_qk);
-        PrefetchKeys(p, p.v, b, w.hk, w.n_hk, pf0, pf1, Dv);
+        PrefetchKeys(p, p.k, p.k2, w, w.hk, w.n_hk, pf0, pf1, p.d_qk);
+        PrefetchKeys(p, p.v, p.v2, w, w.hk, w.n_hk, pf0, pf1, Dv);
       }
     }
     for (int64_t hx = 0; hx < w.n_hk; ++hx) {
@@ -776,20 +839,21 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       const float* qh = sc.q + hx * hrows * ldq;
       const RowStates o{out.m + hx * hrows, out.l + hx * hrows,
                         out.acc + hx * hrows * out.acc_stride, out.acc_stride};
-      const TileDq kdq = MakeTileDq(p.k, sc.kcoord, hk, pe);
-      const TileDq vdq = MakeTileDq(p.v, sc.vcoord, hk, pe);
-      const TileDq rdq = MakeTileDq(p.k_rope, sc.kcoord, hk, pe);
+      const TileDq kdq = MakeTileDq(Kx, sc.kcoord, hk, pe);
+      const TileDq vdq = MakeTileDq(Vx, sc.vcoord, hk, pe);
+      const TileDq rdq = MakeTileDq(Rx, sc.kcoord, hk, pe);
       if (hx == 0) {
         for (int64_t n = 0; n < nk; ++n) {
-          ResolveKey(p, p.k, b, hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n],
-                     sc.kcoord + 2 * n);
-          ResolveKey(p, p.v, b, hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n],
-                     sc.vcoord + 2 * n);
-          if (p.d_rope > 0)
-            ResolveKey(p, p.k_rope, b, hk, jt0 + n, &sc.rbase[n], &sc.roff[n], &sc.kpre[n],
-                       sc.kcoord + 2 * n);
+          ResolveItemKey(p, p.k, p.k2, w, hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n],
+                         sc.kcoord + 2 * n);
+          ResolveItemKey(p, p.v, p.v2, w, hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n],
+                         sc.vcoord + 2 * n);
+          if (p.d_rope > 0)  // rope keys live in the first source (no rope with a second one)
+            ResolveItemKey(p, p.k_rope, p.k2, w, hk, jt0 + n, &sc.rbase[n], &sc.roff[n],
+                           &sc.kpre[n], sc.kcoord + 2 * n);
         }
-      } else {  // the next KV head: same storage rows (and dequant coordinates), offset + sh
+      } else {  // the next KV head (never sparse: plan.cc keeps n_hk = 1 there): same storage
+                // rows (and dequant coordinates), offset + sh
         for (int64_t n = 0; n < nk; ++n) {
           const bool pr = sc.kpre[n] != 0;
           sc.koff[n] += pr ? p.k.prefix.sh : p.k.cache.sh;
@@ -800,17 +864,17 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       // Streaming path: few rows, a fully visible tile (so no masked cell can meet a non-finite
       // value), no rope, whole vectors of channels, both K and V vector-contiguous.
       const bool stream = stream_ok && full && !kdq.any() && !vdq.any() &&
-                          MakeFastRows(p.k, sc.kbase, sc.koff, sc.kpre, nk, D, &fast) &&
-                          MakeFastRows(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, &fastv);
+                          MakeFastRows(Kx, sc.kbase, sc.koff, sc.kpre, nk, D, &fast) &&
+                          MakeFastRows(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, &fastv);
       bool v_bad = false;
       if (stream) {
-        switch (FastElem(p.k, sc.kpre)) {
+        switch (FastElem(Kx, sc.kpre)) {
           case Elem::kF32: StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s); break;
           case Elem::kF16: StreamScores<Elem::kF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
           default: StreamScores<Elem::kBF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
         }
       } else if (stream_ok && full && kdq.any() &&
-                 MakeDqRows(p.k, sc.kbase, sc.koff, sc.kpre, nk, D, kdq, &dq_rows)) {
+                 MakeDqRows(Kx, sc.kbase, sc.koff, sc.kpre, nk, D, kdq, &dq_rows)) {
         // Antiquant decode: dequantize K row-major into kt (no transpose; D * TN floats fit) and
         // stream the scores over it as over an f32 cache; V is packed as below.
         if (dq_rows.elem == Elem::kI8) PackVDq<Elem::kI8>(dq_rows, nk, D, D, sc.kt);
@@ -818,13 +882,13 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         for (int64_t n = 0; n < nk; ++n) fast.row[n] = sc.kt + n * D;
         for (int64_t k = 0; k * W < D; ++k) fast.doff[k] = k * W;
         StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s);
-        PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq, &dq_rows);
+        PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq, &dq_rows);
       } else {
-        PackKT(p.k, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
+        PackKT(Kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
         if (p.d_rope > 0)
-          PackKT(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
+          PackKT(Rx, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
                  &dq_rows);
-        PackV(p.v, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq, &dq_rows);
+        PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq, &dq_rows);
         v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
         Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
       }
@@ -889,7 +953,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       }
 
       if (stream) {
-        switch (FastElem(p.v, sc.kpre)) {
+        switch (FastElem(Vx, sc.kpre)) {
           case Elem::kF32: StreamPv<Elem::kF32>(sc.s, hrows, fastv, Dv, nk, o.acc, o.acc_stride);
             break;
           case Elem::kF16: StreamPv<Elem::kF16>(sc.s, hrows, fastv, Dv, nk, o.acc, o.acc_stride);

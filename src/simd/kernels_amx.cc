@@ -84,8 +84,9 @@ inline bool AmxCan(const Problem& p, const WorkItem& w) {
   if (p.d_qk % 32 != 0 || p.d_v % 16 != 0 || p.d_qk + p.d_rope > 1024 || p.d_v > 1024)
     return false;
   if (p.d_rope > 0 && p.q_rope.elem != Elem::kBF16) return false;
-  for (const KvOperand* kv : {&p.k, &p.v, &p.k_rope}) {
+  for (const KvOperand* kv : {&p.k, &p.v, &p.k_rope, &p.k2, &p.v2}) {
     if (kv == &p.k_rope && p.d_rope == 0) continue;
+    if ((kv == &p.k2 || kv == &p.v2) && !p.k2.cache.present()) continue;
     if (kv->dequant.kind != Dequant::Kind::kNone || !RowContiguousBf16(kv->cache)) return false;
     if (kv->prefix.present() &&
         (kv->prefix_dequant.kind != Dequant::Kind::kNone || !RowContiguousBf16(kv->prefix)))
@@ -365,12 +366,12 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
       const void* base;
       int64_t off;
       uint8_t from_prefix;
-      ResolveKey(p, p.k, b, w.hk, jt0 + n, &base, &off, &from_prefix);
+      ResolveItemKey(p, p.k, p.k2, w, w.hk, jt0 + n, &base, &off, &from_prefix);
       krow[n] = static_cast<const uint16_t*>(base) + off;
-      ResolveKey(p, p.v, b, w.hk, jt0 + n, &base, &off, &from_prefix);
+      ResolveItemKey(p, p.v, p.v2, w, w.hk, jt0 + n, &base, &off, &from_prefix);
       vrow[n] = static_cast<const uint16_t*>(base) + off;
       if (p.d_rope > 0) {
-        ResolveKey(p, p.k_rope, b, w.hk, jt0 + n, &base, &off, &from_prefix);
+        ResolveItemKey(p, p.k_rope, p.k2, w, w.hk, jt0 + n, &base, &off, &from_prefix);
         rrow[n] = static_cast<const uint16_t*>(base) + off;
       }
     }

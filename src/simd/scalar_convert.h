@@ -11,6 +11,11 @@
 
 namespace openfia::internal::cvt {
 
+// Decoded values of all 256 codes (numeric.cc builds them once from the exhaustively tested
+// decoders), so the kernels read fp8 e4m3 / hifloat8 storage with one table lookup.
+const float* Fp8E4M3Table();
+const float* HiF8Table();
+
 inline uint32_t Bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -67,7 +72,7 @@ inline float RoundToElem(float x, Elem e) {
   }
 }
 
-// Element idx of storage `base` (f32, f16, bf16, i8, u8, i4) as float.
+// Element idx of storage `base` (f32, f16, bf16, i8, u8, i4, fp8 e4m3, hifloat8) as float.
 inline float Load(const void* base, Elem e, int64_t idx) {
   switch (e) {
     case Elem::kF32: return static_cast<const float*>(base)[idx];
@@ -75,6 +80,8 @@ inline float Load(const void* base, Elem e, int64_t idx) {
     case Elem::kBF16: return BF16ToF32(static_cast<const uint16_t*>(base)[idx]);
     case Elem::kI8: return static_cast<float>(static_cast<const int8_t*>(base)[idx]);
     case Elem::kU8: return static_cast<float>(static_cast<const uint8_t*>(base)[idx]);
+    case Elem::kFP8E4M3: return Fp8E4M3Table()[static_cast<const uint8_t*>(base)[idx]];
+    case Elem::kHiF8: return HiF8Table()[static_cast<const uint8_t*>(base)[idx]];
     case Elem::kI4: {
       const uint8_t byte = static_cast<const uint8_t*>(base)[idx >> 1];
       const int nib = (idx & 1) ? (byte >> 4) : (byte & 0xF);
