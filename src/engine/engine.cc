@@ -24,9 +24,6 @@ std::string KvWhy(const char* name, const KvOperand& kv, Elem q) {
   // float operand must match the query dtype (the NPU has no mixed float matmul).
   const auto why = [&](const Operand& o, const Dequant& dq, const char* what) -> std::string {
     if (dq.kind != Dequant::Kind::kNone) {
-      // The packing resolves scales by storage coordinates; logical (batch, token) ones are
-      // reference-only for now.
-      if (dq.logical) return std::string(name) + what + " per-token scales of a paged cache";
       // Per-tile scales (KvQuantSparseFlashAttention rows) read int8 / fp8 e4m3 / hifloat8.
       const bool tile8 = dq.kind == Dequant::Kind::kPerTile &&
                          (o.elem == Elem::kFP8E4M3 || o.elem == Elem::kHiF8);

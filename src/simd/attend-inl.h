@@ -61,7 +61,9 @@ inline typename V::T LoadRow(const Operand& o, bool contig, const void* base, in
   return V::Load(t);
 }
 
-// Where logical key j of batch b, KV head hk lives in `kv` (SEMANTICS 1.7 / 1.10).
+// Where logical key j of batch b, KV head hk lives in `kv` (SEMANTICS 1.7 / 1.10). coord gets the
+// dequant coordinates (problem.h Dequant): storage (b, s), or (batch, token position) when the
+// cache's scales are `logical`.
 inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j,
                        const void** base, int64_t* off, uint8_t* from_prefix,
                        int64_t* coord = nullptr) {
@@ -85,6 +87,10 @@ inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t
       *base = kv.cache.Base(b);
     }
     *off = kv.cache.Offset(cb, hk, cs, 0);
+    if (kv.dequant.logical) {  // per-token scales of a paged cache: (batch, token position)
+      cb = b;
+      cs = t;
+    }
   }
   if (coord) {
     coord[0] = cb;
@@ -190,7 +196,7 @@ inline float LoadElem(const Operand& o, const TileDq& q, int64_t n, bool pre, co
 // rounding), so the result is bitwise that of the scalar path.
 inline bool DqVecOk(const Operand& o, const Dequant* dq) {
   return dq != nullptr && (o.elem == Elem::kI8 || o.elem == Elem::kI4) && o.sd == 1 &&
-         o.d_split == 0 && dq->d_group == 0 && !dq->logical &&
+         o.d_split == 0 && dq->d_group == 0 &&
          dq->kind != Dequant::Kind::kPerTile && dq->kind != Dequant::Kind::kNone;
 }
 
