@@ -764,6 +764,8 @@ inline Elem FastElem(const KvOperand& kv, const uint8_t* pre) {
   return (pre[0] ? kv.prefix : kv.cache).elem;
 }
 
+#include "simd/attend_fullquant-inl.h"
+
 // ---------------------------------------------------------------------------------------------
 // The tile loop
 
@@ -775,6 +777,7 @@ inline float ExpScalar(float x) {
 
 inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                        const RowStates& out) {
+  if (p.full_quant) return AttendFullQuant(p, w, sc, out);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
