@@ -19,6 +19,16 @@ QMAX_INT64 = 2**63 - 1
 
 # ---- independent oracle ----------------------------------------------------------------------
 
+@pytest.fixture(autouse=True, params=["ref", "engine"])
+def impl(request):
+    """Every test runs on the fp64 reference and on the engine (set_impl("engine") raises if the
+    engine ever stopped taking a case, instead of silently falling back)."""
+    prev = openfia.get_impl()
+    openfia.set_impl(request.param)
+    yield request.param
+    openfia.set_impl(prev)
+
+
 def nope_values(rows_u8: torch.Tensor, fmt: str) -> torch.Tensor:
     """float64 values of the nope bytes [..., 512] of uint8 rows."""
     b = rows_u8[..., :512].contiguous()
