@@ -19,14 +19,8 @@ QMAX_INT64 = 2**63 - 1
 
 # ---- independent oracle ----------------------------------------------------------------------
 
-@pytest.fixture(autouse=True, params=["ref", "engine"])
-def impl(request):
-    """Every test runs on the fp64 reference and on the engine (set_impl("engine") raises if the
-    engine ever stopped taking a case, instead of silently falling back)."""
-    prev = openfia.get_impl()
-    openfia.set_impl(request.param)
-    yield request.param
-    openfia.set_impl(prev)
+# Every test runs on the fp64 reference and on the engine (conftest.py both_impls).
+pytestmark = pytest.mark.usefixtures("both_impls")
 
 
 def nope_values(rows_u8: torch.Tensor, fmt: str) -> torch.Tensor:

@@ -20,14 +20,8 @@ from openfia.sas import (npu_sparse_attn_sharedkv, npu_sparse_attn_sharedkv_meta
 EPS = {torch.float32: 2.0 ** -23, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -10}
 
 
-@pytest.fixture(autouse=True, params=["ref", "engine"])
-def impl(request):
-    """Every test runs on the fp64 reference and on the engine (set_impl("engine") raises if the
-    engine ever stopped taking a case, instead of silently falling back)."""
-    prev = openfia.get_impl()
-    openfia.set_impl(request.param)
-    yield request.param
-    openfia.set_impl(prev)
+# Every test runs on the fp64 reference and on the engine (conftest.py both_impls).
+pytestmark = pytest.mark.usefixtures("both_impls")
 
 
 def paged(seqs, block_size, d, dtype, gen):
