@@ -24,9 +24,6 @@ std::string KvWhy(const char* name, const KvOperand& kv, Elem q) {
   // float operand must match the query dtype (the NPU has no mixed float matmul).
   const auto why = [&](const Operand& o, const Dequant& dq, const char* what) -> std::string {
     if (dq.kind != Dequant::Kind::kNone) {
-      // The packing resolves scales by storage coordinates; logical (batch, token) ones are
-      // reference-only for now.
-      if (dq.logical) return std::string(name) + what + " per-token scales of a paged cache";
       // Per-tile scales (KvQuantSparseFlashAttention rows) read int8 / fp8 e4m3 / hifloat8.
       const bool tile8 = dq.kind == Dequant::Kind::kPerTile &&
                          (o.elem == Elem::kFP8E4M3 || o.elem == Elem::kHiF8);
@@ -54,7 +51,8 @@ void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRo
   const int64_t o = b * p.out_sb + h * p.out_sh + row * p.out_ss;
   const bool quant = p.out_elem == Elem::kI8;
   for (int64_t d = 0; d < p.d_v; ++d) {
-    float x = any ? acc[d] * f.factor / f.denom : 0.f;
+    // Full quantization: the kernel already divided by fp16(l) (attend_fullquant-inl.h).
+    float x = !any ? 0.f : p.full_quant ? acc[d] : acc[d] * f.factor / f.denom;
     if (quant) {  // SPEC 2.7: y = x * qs2 + qo2 in fp32, half away from zero, saturated
       const int64_t c = h * p.d_v + d;
       const float qs = p.quant_scale2.size() == 1 ? p.quant_scale2[0] : p.quant_scale2[c];
@@ -73,7 +71,21 @@ void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRo
 bool EngineSupports(const Problem& p, std::string* why) {
   std::string w;
   const Elem q = p.q.elem;
-  if (p.full_quant) w = "int8 full quantization (query/key/value int8)";
+  if (p.full_quant) {
+    // attend_fullquant-inl.h: int8 rows reachable with one channel stride, no rope, no sinks.
+    const auto plain8 = [](const Operand& o) {
+      return !o.present() || (o.elem == Elem::kI8 && o.d_split == 0);
+    };
+    if (q != Elem::kI8 || !plain8(p.q) || !plain8(p.k.cache) || !plain8(p.k.prefix) ||
+        !plain8(p.v.cache) || !plain8(p.v.prefix) || p.k.dequant.kind != Dequant::Kind::kNone ||
+        p.v.dequant.kind != Dequant::Kind::kNone || p.d_rope > 0 || p.sinks != nullptr ||
+        !p.key_offset.empty() || p.k2.cache.present() || (p.pse && !IsFloat(p.pse_elem)))
+      w = "int8 full quantization with rope, sinks, antiquant, NZ or sparse keys";
+    else if (!IsFloat(p.out_elem) && p.out_elem != Elem::kI8)
+      w = "output dtype";
+    else if (p.out_elem == Elem::kI8 && p.quant_scale2.empty())
+      w = "int8 output without quant_scale2";
+  }
   // The second key source is read through the packing's prefix slot (attend-inl.h WithSecond),
   // so it needs sparse key lists and a problem without a shared prefix.
   else if ((!p.key_source.empty() || p.k2.cache.present()) &&

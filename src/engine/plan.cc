@@ -87,7 +87,8 @@ Plan MakePlan(const Problem& p) {
     // Tiles on the absolute grid of kTileKeys (paged blocks and causal diagonals line up).
     const int64_t t_first = w.j0 / kTileKeys, t_end = CeilDiv(w.j1, kTileKeys);
     const int64_t tiles = w.j1 > w.j0 ? t_end - t_first : 0;
-    int64_t n_split = std::min(want, tiles / kMinSplitTiles);
+    // Full quantization normalizes P by the max over all of a row's keys: never split.
+    int64_t n_split = p.full_quant ? 1 : std::min(want, tiles / kMinSplitTiles);
     if (n_split <= 1) {
       plan.items.push_back(w);
       continue;
@@ -136,6 +137,12 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   s.voff = s.roff + kTileKeys;
   s.kcoord = s.voff + kTileKeys;
   s.vcoord = s.kcoord + 3 * kTileKeys;
+  if (p.full_quant) {
+    acc64_.assign(kMaxRows * p.d_v, 0);
+    lsum_.assign(kMaxRows, 0.0);
+    s.acc64 = acc64_.data();
+    s.lsum = lsum_.data();
+  }
 }
 
 }  // namespace openfia::internal

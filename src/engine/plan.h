@@ -66,6 +66,9 @@ struct EngineScratch {
   int64_t* kcoord = nullptr;     // [kTileKeys, 3] storage (b, h, s) of each key (dequant index)
   int64_t* vcoord = nullptr;
   uint8_t* kpre = nullptr;       // [kTileKeys] 1 when the key comes from the shared prefix
+  // int8 full quantization only (null otherwise): exact P8 * V sums and row sums of E.
+  int64_t* acc64 = nullptr;      // [kMaxRows, d_v]
+  double* lsum = nullptr;        // [kMaxRows]
 };
 
 // Owns the memory of one EngineScratch.
@@ -79,6 +82,8 @@ class ScratchBuffer {
   std::vector<int64_t> i_;
   std::vector<const void*> ptr_;
   std::vector<uint8_t> u8_;
+  std::vector<int64_t> acc64_;
+  std::vector<double> lsum_;
   EngineScratch s_;
 };
 

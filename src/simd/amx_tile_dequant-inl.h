@@ -51,7 +51,7 @@ inline bool AmxTileDqCan(const Problem& p, const WorkItem& w) {
   if (k.cache.sd != 1 || k.cache.d_split != 0 || k.prefix.present()) return false;
   const Dequant& dq = k.dequant;
   if (dq.kind != Dequant::Kind::kPerTile || dq.scale_elem != Elem::kF32 || dq.offset != nullptr ||
-      dq.logical || dq.d_group <= 0 || dq.d_group % 32 != 0)
+      dq.d_group <= 0 || dq.d_group % 32 != 0)
     return false;
   // V must be the same dequantized rows (KvQuantSparseFlashAttention: V = K_nope).
   if (!SameOperand(p.v.cache, k.cache) || !SameDequant(p.v.dequant, dq) || p.v.prefix.present())

@@ -61,7 +61,9 @@ inline typename V::T LoadRow(const Operand& o, bool contig, const void* base, in
   return V::Load(t);
 }
 
-// Where logical key j of batch b, KV head hk lives in `kv` (SEMANTICS 1.7 / 1.10).
+// Where logical key j of batch b, KV head hk lives in `kv` (SEMANTICS 1.7 / 1.10). coord gets the
+// dequant coordinates (problem.h Dequant): storage (b, s), or (batch, token position) when the
+// cache's scales are `logical`.
 inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j,
                        const void** base, int64_t* off, uint8_t* from_prefix,
                        int64_t* coord = nullptr) {
@@ -85,6 +87,10 @@ inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t
       *base = kv.cache.Base(b);
     }
     *off = kv.cache.Offset(cb, hk, cs, 0);
+    if (kv.dequant.logical) {  // per-token scales of a paged cache: (batch, token position)
+      cb = b;
+      cs = t;
+    }
   }
   if (coord) {
     coord[0] = cb;
@@ -193,7 +199,7 @@ inline float LoadElem(const Operand& o, const TileDq& q, int64_t n, bool pre, co
 inline bool DqFloatElem(Elem e) { return e == Elem::kFP8E4M3 || e == Elem::kHiF8; }
 
 inline bool DqVecOk(const Operand& o, const Dequant* dq) {
-  if (dq == nullptr || o.sd != 1 || o.d_split != 0 || dq->logical) return false;
+  if (dq == nullptr || o.sd != 1 || o.d_split != 0) return false;
   if (dq->kind == Dequant::Kind::kPerTile)
     return (o.elem == Elem::kI8 || DqFloatElem(o.elem)) && dq->d_group > 0 &&
            dq->d_group % W == 0;
@@ -822,6 +828,8 @@ inline Elem FastElem(const KvOperand& kv, const uint8_t* pre) {
   return (pre[0] ? kv.prefix : kv.cache).elem;
 }
 
+#include "simd/attend_fullquant-inl.h"
+
 // ---------------------------------------------------------------------------------------------
 // The tile loop
 
@@ -833,6 +841,7 @@ inline float ExpScalar(float x) {
 
 inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                        const RowStates& out) {
+  if (p.full_quant) return AttendFullQuant(p, w, sc, out);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
