@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -51,15 +52,19 @@ std::vector<uint16_t> RunOp(Built& B, Impl impl) {
   return out;
 }
 
-// Whether every work item of B's problem runs on the AMX tile-dequant path (the table is picked
-// by the default cap, i.e. the best target of the CPU).
-bool AllItemsOnAmx(Built& B) {
+internal::Plan PlanOf(Built& B, internal::Problem* p) {
   KvqsfaArgs a = B.Args();
   const internal::KvqsfaShape sh = internal::ValidateKvqsfa(a);
   std::vector<uint16_t> out(1);
-  const internal::Problem p =
-      internal::CanonicalizeKvqsfa(a, sh, TensorView(out.data(), B.c.qdt, B.out_sizes));
-  const internal::Plan plan = internal::MakePlan(p);
+  *p = internal::CanonicalizeKvqsfa(a, sh, TensorView(out.data(), B.c.qdt, B.out_sizes));
+  return internal::MakePlan(*p);
+}
+
+// Whether every work item of B's problem runs on the AMX tile-dequant path (the table is picked
+// by the default cap, i.e. the best target of the CPU).
+bool AllItemsOnAmx(Built& B) {
+  internal::Problem p;
+  const internal::Plan plan = PlanOf(B, &p);
   if (plan.items.empty()) return false;
   for (const internal::WorkItem& w : plan.items)
     if (!internal::AmxRunsItem(p, w)) return false;
@@ -83,10 +88,11 @@ void ExpectWithin(const std::vector<uint16_t>& got, const std::vector<double>& w
 }
 
 // Engine (default target, then generic AVX-512 when AMX is there; 1 and 3 threads) vs the
-// oracle and the reference.
-void Check(const Case& c) {
+// oracle and the reference. `edit` may rewrite the built call (e.g. its indices).
+void Check(const Case& c, void (*edit)(Built&) = nullptr) {
   SettingsGuard guard;
   Built B = Build(c);
+  if (edit) edit(B);
   if (c.qdt == DType::kBFloat16 && Amx() && c.heads % 16 == 0) {
     ASSERT_EQ(SimdTarget(), "amx");
     ASSERT_TRUE(AllItemsOnAmx(B)) << "some work item misses the AMX tile-dequant path";
@@ -179,6 +185,26 @@ TEST(EngineKvqsfa, PagedHiF8TndQueryLongList) {
   c.act_kv = {900};
   c.seed = 3;
   Check(c);
+}
+
+TEST(EngineKvqsfa, SplitKeyListsMerge) {
+  // A 2100-token list: plan.cc cuts it into split-KV items (partial row states, then a merge),
+  // each starting on its own tile; duplicates included.
+  Case c;
+  c.batch = 1, c.s1 = 1, c.heads = 16, c.s2 = 4200, c.topk = 2100, c.sparse_mode = 0;
+  c.seed = 13;
+  Check(c, [](Built& B) {
+    std::mt19937 rng(2);
+    std::vector<int32_t> perm(4200);
+    for (int32_t i = 0; i < 4200; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t e = 0; e < 2100; ++e) B.indices[e] = perm[e % 2000];  // 100 duplicates
+    internal::Problem p;
+    const internal::Plan plan = PlanOf(B, &p);
+    ASSERT_TRUE(std::any_of(plan.items.begin(), plan.items.end(),
+                            [](const internal::WorkItem& w) { return w.n_split > 1; }))
+        << "the list was not split";
+  });
 }
 
 TEST(EngineKvqsfa, FewHeadsStayOnTheGenericPath) {
