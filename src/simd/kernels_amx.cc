@@ -298,7 +298,11 @@ inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc
   }
 }
 
+// Sparse items over tile-quantized rows (KvQuantSparseFlashAttention): AmxTileDqCan.
+#include "simd/amx_tile_dequant-inl.h"
+
 void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  if (AmxTileDqCan(p, w)) return AmxAttendTileDq(p, w, sc, out);
   if (!AmxCan(p, w)) return Avx512Kernels()->attend(p, w, sc, out);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
@@ -539,7 +543,9 @@ const KernelTable* AmxKernels() {
   }();
   return ok && Avx512Kernels() != nullptr ? &amx_target::kTable : nullptr;
 }
-bool AmxRunsItem(const Problem& p, const WorkItem& w) { return amx_target::AmxCan(p, w); }
+bool AmxRunsItem(const Problem& p, const WorkItem& w) {
+  return amx_target::AmxCan(p, w) || amx_target::AmxTileDqCan(p, w);
+}
 }  // namespace openfia::internal
 #else
 namespace openfia::internal {
