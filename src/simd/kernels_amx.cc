@@ -5,7 +5,9 @@
 // d_v % 16 == 0. MLA rope (bf16 q_rope, bf16 row-contiguous k_rope) is appended after the nope
 // channels of the packed Q rows and K tiles, zero-padded to the next multiple of 32 channels: the
 // score is Q.K + Q_rope.K_rope like attend-inl.h (zero pairs add exact zeros). Every other item
-// goes to the AVX-512 table, so semantics never depend on it.
+// goes to the AVX-512 table, so semantics never depend on it. Items of per-tile quantized rows
+// (KvQuantSparseFlashAttention) take amx_tile_dequant-inl.h: each gathered row is dequantized to
+// bf16 once per tile and feeds both the K and the V tile.
 //
 // Per tile of kTileKeys keys (the same tiles, band skipping and boundary logic as attend-inl.h):
 //   S = Q K^T   TDPBF16PS: bf16 x bf16 products are exact in fp32, only the summation order
