@@ -1,0 +1,460 @@
+// openfia: AMX-BF16 decode kernel (few query rows per KV head; see simd/decode.h).
+//
+// Decode reads every K/V byte for only G (GQA group x query rows, <= 16) rows, so the fp32 FMA
+// path spends ~64 FMAs per (key, KV head) and is compute-bound far below the memory bandwidth.
+// Here both products run on AMX tiles and the vector units only move data:
+//   S^T = K Q^T    A = 16 keys x 32 channels loaded straight from the cache rows (tile loads
+//                  take any row stride; paged or contiguous rows of one block are equally spaced),
+//                  B = the item's query rows as bf16 pairs (packed once per item), C = 16 x R f32;
+//   softmax        fp32, the same operations as attend-inl.h (scale, running max, exp, sum,
+//                  P rounded to bf16 per SPEC 2.6 before P.V);
+//   acc += P V     A = P (R rows x 32 keys bf16), B = two value rows interleaved channel-wise
+//                  (vpermt2w), C = the fp32 row states.
+// bf16 x bf16 products are exact in fp32; only the summation order differs from the FMA path.
+// AMX-BF16 treats bf16 subnormal inputs as zero and flushes subnormal results (see
+// kernels_amx.cc): far inside the bf16 tolerance. int8 / int4 antiquant operands are dequantized
+// to bf16 with attend-inl.h's vector antiquant (DqAt: (x + offset) * scale rounded to the query
+// dtype, bitwise the reference's values) on the way into the tiles.
+//
+// Items it runs: dense (no sparse lists, no second source), bf16 query, no rope, no pse, no
+// mask, no band cutting into the item's keys (every tile fully visible), <= 16 rows per KV head,
+// d_qk and d_v multiples of 32 (<= 512), K and V each bf16 row-contiguous or int8/int4 with a
+// vector-antiquant Dequant (no shared prefix then). Everything else returns false.
+//
+// Memory: the item's tiles are read in address order per head; the next tile's rows of every
+// head are prefetched into L2 while the current one is computed (one tile ahead), the first
+// tile at the start of the item.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "common/problem.h"
+#include "engine/plan.h"
+#include "simd/decode.h"
+#include "simd/scalar_convert.h"
+#include "simd/simd.h"
+
+#if defined(OPENFIA_HAVE_AMX)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+namespace openfia::internal::amx_decode {
+
+#include "simd/vec_avx512-inl.h"
+
+struct V : Avx512Vec {};
+
+// The generic loop's helpers (ResolveKey, MakeDqRows, DqAt, ExpScalar) for this target.
+#define OPENFIA_ATTEND_ROWS 6
+#define OPENFIA_ATTEND_COLS 4
+#include "simd/attend-inl.h"
+#undef OPENFIA_ATTEND_ROWS
+#undef OPENFIA_ATTEND_COLS
+
+static_assert(TN == 64, "the decode kernel tiles 64 keys as 4 groups of 16 / 2 steps of 32");
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// tmm0-1: score accumulators (16 keys x R f32), tmm2-3: K (16 keys x 32 channels bf16),
+// tmm4: Q^T pairs (16 channel pairs x R), tmm5: output accumulator (R x 16 f32),
+// tmm6: P (R x 32 keys bf16), tmm7: V pairs (16 key pairs x 16 channels x 2).
+inline void LoadConfig(int64_t R) {
+  TileConfig c;
+  std::memset(&c, 0, sizeof(c));
+  c.palette_id = 1;
+  const auto set = [&](int t, int rows, int colsb) {
+    c.rows[t] = static_cast<uint8_t>(rows);
+    c.colsb[t] = static_cast<uint16_t>(colsb);
+  };
+  set(0, 16, 4 * R);
+  set(1, 16, 4 * R);
+  set(2, 16, 64);
+  set(3, 16, 64);
+  set(4, 16, 4 * R);
+  set(5, R, 64);
+  set(6, R, 64);
+  set(7, 16, 64);
+  _tile_loadconfig(&c);
+}
+
+enum class Kind : uint8_t { kBf16, kDq };
+
+// How one of K / V is read, or false when the kernel does not run it.
+inline bool OperandKind(const KvOperand& kv, Kind* kind) {
+  const Operand& o = kv.cache;
+  if (o.sd != 1 || o.d_split != 0) return false;
+  if (kv.dequant.kind == Dequant::Kind::kNone) {
+    if (o.elem != Elem::kBF16) return false;
+    if (kv.prefix.present()) {
+      const Operand& x = kv.prefix;
+      if (kv.prefix_dequant.kind != Dequant::Kind::kNone || x.elem != Elem::kBF16 || x.sd != 1 ||
+          x.d_split != 0)
+        return false;
+    }
+    *kind = Kind::kBf16;
+    return true;
+  }
+  // Vector antiquant exactly as MakeDqRows accepts it, decided once for the item: no shared
+  // prefix, byte-aligned int4 rows, scales one per row or one vector shared by every row.
+  const Dequant& dq = kv.dequant;
+  if (kv.prefix.present() || !DqVecOk(o, &dq)) return false;
+  if (dq.sd != 0 && (dq.sb != 0 || dq.ss != 0)) return false;
+  if (o.elem == Elem::kI4 && ((o.sb | o.sh | o.ss) & 1) != 0) return false;
+  *kind = Kind::kDq;
+  return true;
+}
+
+inline bool Can(const Problem& p, const WorkItem& w, Kind* kk, Kind* vk) {
+  if (p.q.elem != Elem::kBF16 || p.d_rope > 0 || p.full_quant) return false;
+  if (!p.key_offset.empty() || p.k2.cache.present() || p.pse != nullptr || p.mask != nullptr)
+    return false;
+  const int64_t R = w.head_rows();
+  if (R < 1 || R > 16 || w.j0 >= w.j1) return false;
+  if (p.d_qk % 32 != 0 || p.d_v % 32 != 0 || p.d_qk > 512 || p.d_v > 512) return false;
+  if (!OperandKind(p.k, kk) || !OperandKind(p.v, vk)) return false;
+  // Every tile fully visible: the band lets each row see every key of the item.
+  const auto at = [&](const std::vector<int64_t>& v) {
+    return v.empty() ? Problem::kNoBand : v[w.b];
+  };
+  const int64_t pre = at(p.band_pre), next = at(p.band_next);
+  return (w.i1 - 1) - pre <= w.j0 && w.j1 - 1 <= w.i0 + next;
+}
+
+// Storage rows of the keys of one tile, for KV head w.hk (head hk + x is x * sh further).
+struct TileRows {
+  const void* kb[TN];
+  int64_t ko[TN];
+  const void* vb[TN];
+  int64_t vo[TN];
+  uint8_t pre[TN];
+  int64_t kc[2 * TN];
+  int64_t vc[2 * TN];
+  int64_t jt0 = 0, nk = 0;
+};
+
+inline void Resolve(const Problem& p, const WorkItem& w, int64_t t0, TileRows* t) {
+  t->jt0 = std::max(t0, w.j0);
+  t->nk = std::min(t0 + TN, w.j1) - t->jt0;
+  for (int64_t n = 0; n < t->nk; ++n) {
+    ResolveKey(p, p.k, w.b, w.hk, t->jt0 + n, &t->kb[n], &t->ko[n], &t->pre[n], t->kc + 2 * n);
+    ResolveKey(p, p.v, w.b, w.hk, t->jt0 + n, &t->vb[n], &t->vo[n], &t->pre[n], t->vc + 2 * n);
+  }
+}
+
+inline int64_t ElemBits(Elem e) {
+  switch (e) {
+    case Elem::kF32: return 32;
+    case Elem::kF16: case Elem::kBF16: return 16;
+    case Elem::kI4: return 4;
+    default: return 8;
+  }
+}
+
+// Byte address of (row at element offset `off` of `base`) of head x of the operand.
+inline const char* RowPtr(const KvOperand& kv, const void* base, int64_t off, bool pre,
+                          int64_t x) {
+  const Operand& o = pre ? kv.prefix : kv.cache;
+  return static_cast<const char*>(base) + (off + x * o.sh) * ElemBits(o.elem) / 8;
+}
+
+// Prefetches (into L2) head x's K and V rows of tile t.
+inline void PrefetchHead(const Problem& p, const TileRows& t, int64_t x) {
+  const int64_t kbytes = p.d_qk * ElemBits(p.k.cache.elem) / 8;
+  const int64_t vbytes = p.d_v * ElemBits(p.v.cache.elem) / 8;
+  for (int64_t n = 0; n < t.nk; ++n) {
+    const char* kr = RowPtr(p.k, t.kb[n], t.ko[n], t.pre[n], x);
+    const char* vr = RowPtr(p.v, t.vb[n], t.vo[n], t.pre[n], x);
+    for (int64_t o = 0; o < kbytes; o += 64) _mm_prefetch(kr + o, _MM_HINT_T1);
+    for (int64_t o = 0; o < vbytes; o += 64) _mm_prefetch(vr + o, _MM_HINT_T1);
+  }
+}
+
+// 16 f32 (bf16-exact) -> 16 bf16 bit patterns.
+inline __m256i Bf16Bits(__m512 x) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16));
+}
+
+template <Elem E>
+inline void DqRowBf16(const DqRows& r, int64_t n, int64_t D, uint16_t* dst) {
+  for (int64_t d0 = 0; d0 < D; d0 += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d0), Bf16Bits(DqAt<E>(r, n, d0)));
+}
+
+// 32 bf16 channels [c0, c0 + 32) of value n (bf16 row or dequantized).
+template <Kind K, Elem E>
+inline __m512i VChunk(const char* row, const DqRows& r, int64_t n, int64_t c0) {
+  if constexpr (K == Kind::kBf16) {
+    return _mm512_loadu_si512(row + 2 * c0);
+  } else {
+    const __m256i lo = Bf16Bits(DqAt<E>(r, n, c0)), hi = Bf16Bits(DqAt<E>(r, n, c0 + 16));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+}
+
+// vp[(kk * (Dv / 16) + cb) * 512 + i * 32 + 2c + e] = channel 16cb + c of value 32kk + 2i + e:
+// the B operands of acc += P V (zero past nk).
+template <Kind K, Elem E>
+inline void PackV(const char* const* vrow, const DqRows& r, int64_t nk, int64_t Dv,
+                  uint16_t* vp) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  const int64_t ncb = Dv / 16;
+  for (int64_t i = 0; i < TN / 2; ++i) {
+    const int64_t n = 2 * i, kk = i / 16, ri = i % 16;
+    uint16_t* dst = vp + kk * ncb * 512 + ri * 32;
+    if (n >= nk) {
+      for (int64_t cb = 0; cb < ncb; ++cb)
+        _mm512_storeu_si512(dst + cb * 512, _mm512_setzero_si512());
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < Dv; c0 += 32) {
+      const __m512i a = VChunk<K, E>(vrow[n], r, n, c0);
+      const __m512i b = n + 1 < nk ? VChunk<K, E>(vrow[n + 1], r, n + 1, c0)
+                                   : _mm512_setzero_si512();
+      const int64_t cb = c0 / 16;
+      _mm512_storeu_si512(dst + cb * 512, _mm512_permutex2var_epi16(a, lo, b));
+      _mm512_storeu_si512(dst + (cb + 1) * 512, _mm512_permutex2var_epi16(a, hi, b));
+    }
+  }
+}
+
+template <Kind KK, Elem KE, Kind VK, Elem VE>
+void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), R = w.head_rows();
+  const int64_t D = p.d_qk, Dv = p.d_v, ldv = sc.dv_pad;
+  const float scale = static_cast<float>(p.scale);
+
+  for (int64_t r = 0; r < w.rows(); ++r) {
+    out.m[r] = kNegInf;
+    out.l[r] = 0.f;
+    float* a = out.acc + r * out.acc_stride;
+    for (int64_t d = 0; d < ldv; ++d) a[d] = 0.f;
+  }
+
+  // Scratch (sizes from ScratchBuffer): sc.q the Q^T pairs of every head [n_hk][D/2][R][2];
+  // sc.s the scores [TN][R], the scaled rows [R][TN] and P [R][TN] bf16; sc.kt the gathered or
+  // dequantized K rows [TN][D] bf16; sc.v the packed V tile (2 x Dv/16 tiles of 1 KiB).
+  uint16_t* qt = reinterpret_cast<uint16_t*>(sc.q);
+  float* st = sc.s;
+  float* srow = sc.s + TN * 16;
+  uint16_t* pb = reinterpret_cast<uint16_t*>(sc.s + 2 * TN * 16);
+  uint16_t* kbuf = reinterpret_cast<uint16_t*>(sc.kt);
+  uint16_t* vp = reinterpret_cast<uint16_t*>(sc.v);
+
+  const uint16_t* q16 = static_cast<const uint16_t*>(p.q.Base(b));
+  for (int64_t x = 0; x < w.n_hk; ++x) {
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t h = (w.hk + x) * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+      const int64_t qo = p.q.Offset(b, h, row, 0);
+      uint16_t* dst = qt + x * D * R;
+      for (int64_t d = 0; d < D; ++d) dst[(d / 2) * 2 * R + 2 * r + (d & 1)] = q16[qo + DOff(p.q, d)];
+    }
+  }
+
+  TileRows rows[2];
+  DqRows kdq, vdq;
+  const char* krow[TN];
+  const char* vrow[TN];
+  const int64_t tile0 = w.j0 / TN * TN;
+  Resolve(p, w, tile0, &rows[0]);
+  for (int64_t x = 0; x < w.n_hk; ++x) PrefetchHead(p, rows[0], x);
+  LoadConfig(R);
+  int cur = 0;
+  for (int64_t t0 = tile0; t0 < w.j1; t0 += TN, cur ^= 1) {
+    const TileRows& t = rows[cur];
+    TileRows& nt = rows[cur ^ 1];
+    const bool has_next = t0 + TN < w.j1;
+    if (has_next) Resolve(p, w, t0 + TN, &nt);
+    const int64_t nk = t.nk, ng = (nk + 15) / 16;
+    // Equal spacing of each group of 16 keys (then K tiles load straight from the cache).
+    int64_t kstride[TN / 16];
+    for (int64_t g = 0; g < ng; ++g) {
+      kstride[g] = 0;
+      if constexpr (KK == Kind::kBf16) {
+        const int64_t n0 = 16 * g;
+        if (n0 + 16 > nk) continue;
+        const char* r0 = RowPtr(p.k, t.kb[n0], t.ko[n0], t.pre[n0], 0);
+        const int64_t s = RowPtr(p.k, t.kb[n0 + 1], t.ko[n0 + 1], t.pre[n0 + 1], 0) - r0;
+        bool eq = s > 0 && s % 4 == 0;
+        for (int64_t n = 2; n < 16 && eq; ++n)
+          eq = RowPtr(p.k, t.kb[n0 + n], t.ko[n0 + n], t.pre[n0 + n], 0) == r0 + n * s;
+        if (eq) kstride[g] = s;
+      }
+    }
+
+    for (int64_t x = 0; x < w.n_hk; ++x) {
+      if (has_next) PrefetchHead(p, nt, x);
+      const int64_t hk = w.hk + x;
+      float* m = out.m + x * R;
+      float* l = out.l + x * R;
+      float* acc = out.acc + x * R * out.acc_stride;
+      for (int64_t n = 0; n < nk; ++n) {
+        krow[n] = RowPtr(p.k, t.kb[n], t.ko[n], t.pre[n], x);
+        vrow[n] = RowPtr(p.v, t.vb[n], t.vo[n], t.pre[n], x);
+      }
+
+      // ---- S^T = K Q^T, 16 keys per accumulator tile ----
+      const char* kg[TN / 16];
+      int64_t ks[TN / 16];
+      if constexpr (KK == Kind::kDq) {
+        int64_t ko[TN];
+        for (int64_t n = 0; n < nk; ++n) ko[n] = t.ko[n] + x * p.k.cache.sh;
+        const TileDq tq = MakeTileDq(p.k, t.kc, hk, Elem::kBF16);
+        MakeDqRows(p.k, t.kb, ko, t.pre, nk, D, tq, &kdq);
+      }
+      for (int64_t g = 0; g < ng; ++g) {
+        if (kstride[g] != 0) {
+          kg[g] = krow[16 * g];
+          ks[g] = kstride[g];
+          continue;
+        }
+        uint16_t* dst = kbuf + 16 * g * D;
+        for (int64_t i = 0; i < 16; ++i) {
+          const int64_t n = 16 * g + i;
+          if (n >= nk) {
+            std::memset(dst + i * D, 0, D * 2);
+          } else if constexpr (KK == Kind::kBf16) {
+            std::memcpy(dst + i * D, krow[n], D * 2);
+          } else {
+            DqRowBf16<KE>(kdq, n, D, dst + i * D);
+          }
+        }
+        kg[g] = reinterpret_cast<const char*>(dst);
+        ks[g] = D * 2;
+      }
+      const uint16_t* qh = qt + x * D * R;
+      for (int64_t g = 0; g < ng; g += 2) {
+        const bool two = g + 1 < ng;
+        _tile_zero(0);
+        if (two) _tile_zero(1);
+        for (int64_t c = 0; c < D; c += 32) {
+          _tile_loadd(4, qh + c * R, 4 * R);
+          _tile_loadd(2, kg[g] + 2 * c, ks[g]);
+          _tile_dpbf16ps(0, 2, 4);
+          if (two) {
+            _tile_loadd(3, kg[g + 1] + 2 * c, ks[g + 1]);
+            _tile_dpbf16ps(1, 3, 4);
+          }
+        }
+        _tile_stored(0, st + 16 * g * R, 4 * R);
+        if (two) _tile_stored(1, st + 16 * (g + 1) * R, 4 * R);
+      }
+
+      // ---- online softmax: attend-inl.h's operations, P rounded to bf16 ----
+      for (int64_t r = 0; r < R; ++r) {
+        float* s = srow + r * TN;
+        for (int64_t n = 0; n < nk; ++n) s[n] = st[n * R + r];
+        const __m512 vscale = _mm512_set1_ps(scale);
+        __m512 xs[TN / 16];
+        __m512 vm = _mm512_set1_ps(kNegInf);
+        for (int k = 0; k < TN / 16; ++k) {
+          const __mmask16 live =
+              static_cast<__mmask16>(nk >= 16 * (k + 1) ? 0xFFFF
+                                     : nk <= 16 * k    ? 0
+                                                       : (1u << (nk - 16 * k)) - 1);
+          xs[k] = _mm512_mask_mul_ps(_mm512_set1_ps(kNegInf), live,
+                                     _mm512_loadu_ps(s + 16 * k), vscale);
+          vm = _mm512_max_ps(vm, xs[k]);
+        }
+        const float m_old = m[r];
+        const float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
+        uint16_t* pr = pb + r * TN;
+        if (m_new == kNegInf) {  // nothing finite yet: P = 0
+          std::memset(pr, 0, TN * 2);
+          continue;
+        }
+        const __m512 vmn = _mm512_set1_ps(m_new);
+        __m512 vsum = _mm512_setzero_ps();
+        for (int k = 0; k < TN / 16; ++k) {
+          const __m512 e = V::Exp(_mm512_sub_ps(xs[k], vmn));
+          vsum = _mm512_add_ps(vsum, e);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + 16 * k), Bf16Bits(V::RoundBF16(e)));
+        }
+        const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
+        l[r] = l[r] * alpha + _mm512_reduce_add_ps(vsum);
+        m[r] = m_new;
+        if (alpha != 1.f) {
+          float* a = acc + r * out.acc_stride;
+          const __m512 va = _mm512_set1_ps(alpha);
+          for (int64_t d = 0; d < ldv; d += 16)
+            _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+        }
+      }
+
+      // ---- acc += P V ----
+      if constexpr (VK == Kind::kDq) {
+        int64_t vo[TN];
+        for (int64_t n = 0; n < nk; ++n) vo[n] = t.vo[n] + x * p.v.cache.sh;
+        const TileDq tq = MakeTileDq(p.v, t.vc, hk, Elem::kBF16);
+        MakeDqRows(p.v, t.vb, vo, t.pre, nk, Dv, tq, &vdq);
+      }
+      PackV<VK, VE>(vrow, vdq, nk, Dv, vp);
+      const int64_t ncb = Dv / 16, nkk = (nk + 31) / 32;
+      for (int64_t cb = 0; cb < ncb; ++cb) {
+        _tile_loadd(5, acc + 16 * cb, out.acc_stride * 4);
+        for (int64_t kk = 0; kk < nkk; ++kk) {
+          _tile_loadd(6, pb + 32 * kk, TN * 2);
+          _tile_loadd(7, vp + (kk * ncb + cb) * 512, 64);
+          _tile_dpbf16ps(5, 6, 7);
+        }
+        _tile_stored(5, acc + 16 * cb, out.acc_stride * 4);
+      }
+    }
+  }
+  _tile_release();
+}
+
+using RunFn = void (*)(const Problem&, const WorkItem&, EngineScratch&, const RowStates&);
+
+template <Kind KK, Elem KE>
+RunFn PickV(Kind vk, Elem ve) {
+  if (vk == Kind::kBf16) return &Run<KK, KE, Kind::kBf16, Elem::kBF16>;
+  if (ve == Elem::kI8) return &Run<KK, KE, Kind::kDq, Elem::kI8>;
+  return &Run<KK, KE, Kind::kDq, Elem::kI4>;
+}
+
+RunFn Pick(const Problem& p, Kind kk, Kind vk) {
+  const Elem ke = p.k.cache.elem, ve = p.v.cache.elem;
+  if (kk == Kind::kBf16) return PickV<Kind::kBf16, Elem::kBF16>(vk, ve);
+  if (ke == Elem::kI8) return PickV<Kind::kDq, Elem::kI8>(vk, ve);
+  return PickV<Kind::kDq, Elem::kI4>(vk, ve);
+}
+
+bool Active() { return AmxKernels() != nullptr && &ActiveKernels() == AmxKernels(); }
+
+}  // namespace openfia::internal::amx_decode
+
+namespace openfia::internal {
+extern "C" bool OpenfiaAmxDecodeCan(const Problem& p, const WorkItem& w) {
+  amx_decode::Kind kk, vk;
+  return amx_decode::Can(p, w, &kk, &vk) && AmxKernels() != nullptr;
+}
+extern "C" bool OpenfiaAmxDecode(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                                 const RowStates& out) {
+  amx_decode::Kind kk, vk;
+  if (!amx_decode::Can(p, w, &kk, &vk) || !amx_decode::Active()) return false;
+  amx_decode::Pick(p, kk, vk)(p, w, sc, out);
+  return true;
+}
+}  // namespace openfia::internal
+#else
+namespace openfia::internal {
+extern "C" bool OpenfiaAmxDecodeCan(const Problem&, const WorkItem&) { return false; }
+extern "C" bool OpenfiaAmxDecode(const Problem&, const WorkItem&, EngineScratch&,
+                                 const RowStates&) {
+  return false;
+}
+}  // namespace openfia::internal
+#endif
