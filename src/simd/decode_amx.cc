@@ -167,15 +167,17 @@ inline const char* RowPtr(const KvOperand& kv, const void* base, int64_t off, bo
   return static_cast<const char*>(base) + (off + x * o.sh) * ElemBits(o.elem) / 8;
 }
 
-// Prefetches (into L2) head x's K and V rows of tile t.
-inline void PrefetchHead(const Problem& p, const TileRows& t, int64_t x) {
-  const int64_t kbytes = p.d_qk * ElemBits(p.k.cache.elem) / 8;
-  const int64_t vbytes = p.d_v * ElemBits(p.v.cache.elem) / 8;
-  for (int64_t n = 0; n < t.nk; ++n) {
-    const char* kr = RowPtr(p.k, t.kb[n], t.ko[n], t.pre[n], x);
-    const char* vr = RowPtr(p.v, t.vb[n], t.vo[n], t.pre[n], x);
-    for (int64_t o = 0; o < kbytes; o += 64) _mm_prefetch(kr + o, _MM_HINT_T1);
-    for (int64_t o = 0; o < vbytes; o += 64) _mm_prefetch(vr + o, _MM_HINT_T1);
+// Prefetches (into L2) head x's K rows (v: V rows) of keys [n0, n1) of tile t. Issued a little
+// at a time between the current tile's work (a burst would hold every fill buffer and stall the
+// demand loads behind it).
+inline void Prefetch(const Problem& p, const TileRows& t, int64_t x, bool v, int64_t n0,
+                     int64_t n1) {
+  const KvOperand& kv = v ? p.v : p.k;
+  const int64_t bytes = (v ? p.d_v : p.d_qk) * ElemBits(kv.cache.elem) / 8;
+  for (int64_t n = n0; n < std::min(n1, t.nk); ++n) {
+    const char* r = v ? RowPtr(kv, t.vb[n], t.vo[n], t.pre[n], x)
+                      : RowPtr(kv, t.kb[n], t.ko[n], t.pre[n], x);
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T1);
   }
 }
 
@@ -184,28 +186,108 @@ inline __m256i Bf16Bits(__m512 x) {
   return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16));
 }
 
+// Antiquant of one operand (OperandKind accepted it): the scale / offset of each row of the
+// tile (Dequant::sd == 0: per token, token-head, tensor or head) or one vector over the channels
+// (per channel: depends on the head only), as attend-inl.h's DqRows but filled once per tile when
+// the row values do not depend on the head, with typed loads.
+struct DqOp {
+  const char* row[TN];  // channel 0 of key n of the current head (int4: its byte)
+  float s[TN], o[TN];
+  alignas(64) float sc[512], oc[512];
+  bool per_row = true, has_off = false;
+};
+
+inline float LoadParam1(const void* p, Elem e, int64_t i) {
+  switch (e) {
+    case Elem::kF32: return static_cast<const float*>(p)[i];
+    case Elem::kBF16: return cvt::BF16ToF32(static_cast<const uint16_t*>(p)[i]);
+    default: return cvt::Load(p, e, i);
+  }
+}
+
+inline __m512 LoadParam16(const void* p, Elem e, int64_t i) {
+  switch (e) {
+    case Elem::kF32: return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+    case Elem::kBF16: return V::LoadBF16(static_cast<const uint16_t*>(p) + i);
+    case Elem::kF16: return V::LoadF16(static_cast<const uint16_t*>(p) + i);
+    default: {
+      alignas(64) float t[16];
+      for (int c = 0; c < 16; ++c) t[c] = cvt::Load(p, e, i + c);
+      return _mm512_load_ps(t);
+    }
+  }
+}
+
+// Fills `r` for head x (KV head hk) of tile t; `coord` the tile's dequant coordinates.
+inline void FillDq(const KvOperand& kv, const void* const* base, const int64_t* off,
+                   const int64_t* coord, int64_t nk, int64_t D, int64_t x, int64_t hk,
+                   DqOp* r) {
+  const Dequant& dq = kv.dequant;
+  const Operand& o = kv.cache;
+  const bool i4 = o.elem == Elem::kI4;
+  for (int64_t n = 0; n < nk; ++n) {
+    const int64_t e = off[n] + x * o.sh;
+    r->row[n] = static_cast<const char*>(base[n]) + (i4 ? e >> 1 : e);
+  }
+  r->has_off = dq.offset != nullptr;
+  r->per_row = dq.sd == 0;
+  if (r->per_row) {
+    if (x > 0 && dq.sh == 0) return;  // the same values for every head
+    for (int64_t n = 0; n < nk; ++n) {
+      const int64_t i = dq.Index(coord[2 * n], hk, coord[2 * n + 1], 0);
+      r->s[n] = LoadParam1(dq.scale, dq.scale_elem, i);
+      r->o[n] = r->has_off ? LoadParam1(dq.offset, dq.offset_elem, i) : 0.f;
+    }
+  } else {
+    const int64_t i = dq.Index(0, hk, 0, 0);
+    for (int64_t d = 0; d < D; d += 16) {
+      _mm512_store_ps(r->sc + d, LoadParam16(dq.scale, dq.scale_elem, i + d));
+      _mm512_store_ps(r->oc + d, r->has_off ? LoadParam16(dq.offset, dq.offset_elem, i + d)
+                                            : _mm512_setzero_ps());
+    }
+  }
+}
+
+// 32 channels [d0, d0 + 32) of a dequantized row as bf16: (x + offset) * scale in fp32 as DqAt
+// computes it, rounded to bf16 by VCVTNE2PS2BF16 (round to nearest even like RoundBF16, except
+// that subnormal results become zero: TDPBF16PS reads bf16 subnormals as zero anyway).
 template <Elem E>
-inline void DqRowBf16(const DqRows& r, int64_t n, int64_t D, uint16_t* dst) {
-  for (int64_t d0 = 0; d0 < D; d0 += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d0), Bf16Bits(DqAt<E>(r, n, d0)));
+inline __m512i DqPair(const DqOp& r, int64_t n, int64_t d0) {
+  __m512 x[2];
+  for (int k = 0; k < 2; ++k) {
+    const int64_t d = d0 + 16 * k;
+    x[k] = LoadQ<E>(r.row[n], d);
+    if (r.per_row) {
+      if (r.has_off) x[k] = _mm512_add_ps(x[k], _mm512_set1_ps(r.o[n]));
+      x[k] = _mm512_mul_ps(x[k], _mm512_set1_ps(r.s[n]));
+    } else {
+      if (r.has_off) x[k] = _mm512_add_ps(x[k], _mm512_load_ps(r.oc + d));
+      x[k] = _mm512_mul_ps(x[k], _mm512_load_ps(r.sc + d));
+    }
+  }
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x[1], x[0]));
+}
+
+template <Elem E>
+inline void DqRowBf16(const DqOp& r, int64_t n, int64_t D, uint16_t* dst) {
+  for (int64_t d0 = 0; d0 < D; d0 += 32) _mm512_storeu_si512(dst + d0, DqPair<E>(r, n, d0));
 }
 
 // 32 bf16 channels [c0, c0 + 32) of value n (bf16 row or dequantized).
 template <Kind K, Elem E>
-inline __m512i VChunk(const char* row, const DqRows& r, int64_t n, int64_t c0) {
+inline __m512i VChunk(const char* row, const DqOp& r, int64_t n, int64_t c0) {
   if constexpr (K == Kind::kBf16) {
     return _mm512_loadu_si512(row + 2 * c0);
   } else {
-    const __m256i lo = Bf16Bits(DqAt<E>(r, n, c0)), hi = Bf16Bits(DqAt<E>(r, n, c0 + 16));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return DqPair<E>(r, n, c0);
   }
 }
 
 // vp[(kk * (Dv / 16) + cb) * 512 + i * 32 + 2c + e] = channel 16cb + c of value 32kk + 2i + e:
 // the B operands of acc += P V (zero past nk).
 template <Kind K, Elem E>
-inline void PackV(const char* const* vrow, const DqRows& r, int64_t nk, int64_t Dv,
-                  uint16_t* vp) {
+inline void PackV(const char* const* vrow, const DqOp& r, int64_t nk, int64_t Dv, uint16_t* vp,
+                  const Problem& p, const TileRows* next, int64_t x) {
   const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
                                       8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
@@ -213,6 +295,7 @@ inline void PackV(const char* const* vrow, const DqRows& r, int64_t nk, int64_t 
   for (int64_t i = 0; i < TN / 2; ++i) {
     const int64_t n = 2 * i, kk = i / 16, ri = i % 16;
     uint16_t* dst = vp + kk * ncb * 512 + ri * 32;
+    if (next != nullptr && i % 4 == 0) Prefetch(p, *next, x, true, n, n + 8);
     if (n >= nk) {
       for (int64_t cb = 0; cb < ncb; ++cb)
         _mm512_storeu_si512(dst + cb * 512, _mm512_setzero_si512());
@@ -264,12 +347,15 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
   }
 
   TileRows rows[2];
-  DqRows kdq, vdq;
+  DqOp kdq, vdq;
   const char* krow[TN];
   const char* vrow[TN];
   const int64_t tile0 = w.j0 / TN * TN;
   Resolve(p, w, tile0, &rows[0]);
-  for (int64_t x = 0; x < w.n_hk; ++x) PrefetchHead(p, rows[0], x);
+  for (int64_t x = 0; x < w.n_hk; ++x) {
+    Prefetch(p, rows[0], x, false, 0, TN);
+    Prefetch(p, rows[0], x, true, 0, TN);
+  }
   LoadConfig(R);
   int cur = 0;
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TN, cur ^= 1) {
@@ -295,7 +381,6 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
     }
 
     for (int64_t x = 0; x < w.n_hk; ++x) {
-      if (has_next) PrefetchHead(p, nt, x);
       const int64_t hk = w.hk + x;
       float* m = out.m + x * R;
       float* l = out.l + x * R;
@@ -309,10 +394,7 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
       const char* kg[TN / 16];
       int64_t ks[TN / 16];
       if constexpr (KK == Kind::kDq) {
-        int64_t ko[TN];
-        for (int64_t n = 0; n < nk; ++n) ko[n] = t.ko[n] + x * p.k.cache.sh;
-        const TileDq tq = MakeTileDq(p.k, t.kc, hk, Elem::kBF16);
-        MakeDqRows(p.k, t.kb, ko, t.pre, nk, D, tq, &kdq);
+        FillDq(p.k, t.kb, t.ko, t.kc, nk, D, x, hk, &kdq);
       }
       for (int64_t g = 0; g < ng; ++g) {
         if (kstride[g] != 0) {
@@ -337,6 +419,7 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
       const uint16_t* qh = qt + x * D * R;
       for (int64_t g = 0; g < ng; g += 2) {
         const bool two = g + 1 < ng;
+        if (has_next) Prefetch(p, nt, x, false, 16 * g, 16 * g + 32);
         _tile_zero(0);
         if (two) _tile_zero(1);
         for (int64_t c = 0; c < D; c += 32) {
@@ -395,12 +478,9 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
 
       // ---- acc += P V ----
       if constexpr (VK == Kind::kDq) {
-        int64_t vo[TN];
-        for (int64_t n = 0; n < nk; ++n) vo[n] = t.vo[n] + x * p.v.cache.sh;
-        const TileDq tq = MakeTileDq(p.v, t.vc, hk, Elem::kBF16);
-        MakeDqRows(p.v, t.vb, vo, t.pre, nk, Dv, tq, &vdq);
+        FillDq(p.v, t.vb, t.vo, t.vc, nk, Dv, x, hk, &vdq);
       }
-      PackV<VK, VE>(vrow, vdq, nk, Dv, vp);
+      PackV<VK, VE>(vrow, vdq, nk, Dv, vp, p, has_next ? &nt : nullptr, x);
       const int64_t ncb = Dv / 16, nkk = (nk + 31) / 32;
       for (int64_t cb = 0; cb < ncb; ++cb) {
         _tile_loadd(5, acc + 16 * cb, out.acc_stride * 4);
