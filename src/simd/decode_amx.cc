@@ -121,6 +121,7 @@ inline bool Can(const Problem& p, const WorkItem& w, Kind* kk, Kind* vk) {
   const int64_t R = w.head_rows();
   if (R < 1 || R > 16 || w.j0 >= w.j1) return false;
   if (p.d_qk % 32 != 0 || p.d_v % 32 != 0 || p.d_qk > 512 || p.d_v > 512) return false;
+  if (R * p.d_v > 32 * p.d_qk) return false;  // the scratch layout of Run
   if (!OperandKind(p.k, kk) || !OperandKind(p.v, vk)) return false;
   // Every tile fully visible: the band lets each row see every key of the item.
   const auto at = [&](const std::vector<int64_t>& v) {
@@ -334,6 +335,7 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
   float* srow = sc.s + TN * 16;
   uint16_t* pb = reinterpret_cast<uint16_t*>(sc.s + 2 * TN * 16);
   uint16_t* kbuf = reinterpret_cast<uint16_t*>(sc.kt);
+  float* pv = sc.kt + TN * D / 2;  // [R][Dv] after kbuf (Can: R * Dv <= 32 * D)
   uint16_t* vp = reinterpret_cast<uint16_t*>(sc.v);
 
   const uint16_t* q16 = static_cast<const uint16_t*>(p.q.Base(b));
@@ -482,14 +484,22 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
       }
       PackV<VK, VE>(vrow, vdq, nk, Dv, vp, p, has_next ? &nt : nullptr, x);
       const int64_t ncb = Dv / 16, nkk = (nk + 31) / 32;
+      // The tile's P V goes to pv (fresh accumulator: no dependence on the previous store of
+      // the row states), then acc += pv on the vector units.
       for (int64_t cb = 0; cb < ncb; ++cb) {
-        _tile_loadd(5, acc + 16 * cb, out.acc_stride * 4);
+        _tile_zero(5);
         for (int64_t kk = 0; kk < nkk; ++kk) {
           _tile_loadd(6, pb + 32 * kk, TN * 2);
           _tile_loadd(7, vp + (kk * ncb + cb) * 512, 64);
           _tile_dpbf16ps(5, 6, 7);
         }
-        _tile_stored(5, acc + 16 * cb, out.acc_stride * 4);
+        _tile_stored(5, pv + 16 * cb, Dv * 4);
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        float* a = acc + r * out.acc_stride;
+        const float* t = pv + r * Dv;
+        for (int64_t d = 0; d < Dv; d += 16)
+          _mm512_storeu_ps(a + d, _mm512_add_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(t + d)));
       }
     }
   }
