@@ -140,17 +140,12 @@ struct TileRows {
   uint8_t pre[TN];
   int64_t kc[2 * TN];
   int64_t vc[2 * TN];
+  // Byte address of head w.hk's row of key n, and the bytes from one KV head to the next.
+  const char* k0[TN];
+  const char* v0[TN];
+  int64_t kstep[TN], vstep[TN];
   int64_t jt0 = 0, nk = 0;
 };
-
-inline void Resolve(const Problem& p, const WorkItem& w, int64_t t0, TileRows* t) {
-  t->jt0 = std::max(t0, w.j0);
-  t->nk = std::min(t0 + TN, w.j1) - t->jt0;
-  for (int64_t n = 0; n < t->nk; ++n) {
-    ResolveKey(p, p.k, w.b, w.hk, t->jt0 + n, &t->kb[n], &t->ko[n], &t->pre[n], t->kc + 2 * n);
-    ResolveKey(p, p.v, w.b, w.hk, t->jt0 + n, &t->vb[n], &t->vo[n], &t->pre[n], t->vc + 2 * n);
-  }
-}
 
 inline int64_t ElemBits(Elem e) {
   switch (e) {
@@ -168,6 +163,23 @@ inline const char* RowPtr(const KvOperand& kv, const void* base, int64_t off, bo
   return static_cast<const char*>(base) + (off + x * o.sh) * ElemBits(o.elem) / 8;
 }
 
+inline void Resolve(const Problem& p, const WorkItem& w, int64_t t0, TileRows* t) {
+  t->jt0 = std::max(t0, w.j0);
+  t->nk = std::min(t0 + TN, w.j1) - t->jt0;
+  for (int64_t n = 0; n < t->nk; ++n) {
+    ResolveKey(p, p.k, w.b, w.hk, t->jt0 + n, &t->kb[n], &t->ko[n], &t->pre[n], t->kc + 2 * n);
+    ResolveKey(p, p.v, w.b, w.hk, t->jt0 + n, &t->vb[n], &t->vo[n], &t->pre[n], t->vc + 2 * n);
+    const bool pre = t->pre[n] != 0;
+    t->k0[n] = RowPtr(p.k, t->kb[n], t->ko[n], pre, 0);
+    t->v0[n] = RowPtr(p.v, t->vb[n], t->vo[n], pre, 0);
+    // Head steps are whole bytes: int4 operands have even strides (OperandKind).
+    const Operand& ko = pre ? p.k.prefix : p.k.cache;
+    const Operand& vo = pre ? p.v.prefix : p.v.cache;
+    t->kstep[n] = ko.sh * ElemBits(ko.elem) / 8;
+    t->vstep[n] = vo.sh * ElemBits(vo.elem) / 8;
+  }
+}
+
 // Prefetches (into L2) head x's K rows (v: V rows) of keys [n0, n1) of tile t. Issued a little
 // at a time between the current tile's work (a burst would hold every fill buffer and stall the
 // demand loads behind it).
@@ -176,8 +188,7 @@ inline void Prefetch(const Problem& p, const TileRows& t, int64_t x, bool v, int
   const KvOperand& kv = v ? p.v : p.k;
   const int64_t bytes = (v ? p.d_v : p.d_qk) * ElemBits(kv.cache.elem) / 8;
   for (int64_t n = n0; n < std::min(n1, t.nk); ++n) {
-    const char* r = v ? RowPtr(kv, t.vb[n], t.vo[n], t.pre[n], x)
-                      : RowPtr(kv, t.kb[n], t.ko[n], t.pre[n], x);
+    const char* r = v ? t.v0[n] + x * t.vstep[n] : t.k0[n] + x * t.kstep[n];
     for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T1);
   }
 }
@@ -220,16 +231,10 @@ inline __m512 LoadParam16(const void* p, Elem e, int64_t i) {
 }
 
 // Fills `r` for head x (KV head hk) of tile t; `coord` the tile's dequant coordinates.
-inline void FillDq(const KvOperand& kv, const void* const* base, const int64_t* off,
-                   const int64_t* coord, int64_t nk, int64_t D, int64_t x, int64_t hk,
-                   DqOp* r) {
+inline void FillDq(const KvOperand& kv, const char* const* row, const int64_t* coord, int64_t nk,
+                   int64_t D, int64_t x, int64_t hk, DqOp* r) {
   const Dequant& dq = kv.dequant;
-  const Operand& o = kv.cache;
-  const bool i4 = o.elem == Elem::kI4;
-  for (int64_t n = 0; n < nk; ++n) {
-    const int64_t e = off[n] + x * o.sh;
-    r->row[n] = static_cast<const char*>(base[n]) + (i4 ? e >> 1 : e);
-  }
+  for (int64_t n = 0; n < nk; ++n) r->row[n] = row[n];
   r->has_off = dq.offset != nullptr;
   r->per_row = dq.sd == 0;
   if (r->per_row) {
@@ -284,14 +289,29 @@ inline __m512i VChunk(const char* row, const DqOp& r, int64_t n, int64_t c0) {
   }
 }
 
-// vp[(kk * (Dv / 16) + cb) * 512 + i * 32 + 2c + e] = channel 16cb + c of value 32kk + 2i + e:
-// the B operands of acc += P V (zero past nk).
+// The B operands of acc += P V (zero past nk): tile (kk, cb) row i holds, for 16 output columns
+// j, channel Chan(cb, j) of values 32kk + 2i and 32kk + 2i + 1. VPUNPCKL/HWD interleave two rows
+// within 128-bit lanes (1 uop each, where a full-width word permute is 3), so the columns of a
+// 32-channel block come permuted: the row states hold that order while the item runs and
+// Unpermute restores it at the end.
+inline int64_t Chan(int64_t cb, int64_t j) {
+  return 32 * (cb / 2) + 8 * (j / 4) + 4 * (cb % 2) + j % 4;
+}
+
+inline void Unpermute(float* acc, int64_t rows, int64_t lda, int64_t Dv) {
+  alignas(64) float t[32];
+  for (int64_t r = 0; r < rows; ++r) {
+    float* a = acc + r * lda;
+    for (int64_t c0 = 0; c0 < Dv; c0 += 32) {
+      std::memcpy(t, a + c0, sizeof(t));
+      for (int64_t k = 0; k < 32; ++k) a[Chan(c0 / 16 + k / 16, k % 16)] = t[k];
+    }
+  }
+}
+
 template <Kind K, Elem E>
 inline void PackV(const char* const* vrow, const DqOp& r, int64_t nk, int64_t Dv, uint16_t* vp,
                   const Problem& p, const TileRows* next, int64_t x) {
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
-                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   const int64_t ncb = Dv / 16;
   for (int64_t i = 0; i < TN / 2; ++i) {
     const int64_t n = 2 * i, kk = i / 16, ri = i % 16;
@@ -307,8 +327,8 @@ inline void PackV(const char* const* vrow, const DqOp& r, int64_t nk, int64_t Dv
       const __m512i b = n + 1 < nk ? VChunk<K, E>(vrow[n + 1], r, n + 1, c0)
                                    : _mm512_setzero_si512();
       const int64_t cb = c0 / 16;
-      _mm512_storeu_si512(dst + cb * 512, _mm512_permutex2var_epi16(a, lo, b));
-      _mm512_storeu_si512(dst + (cb + 1) * 512, _mm512_permutex2var_epi16(a, hi, b));
+      _mm512_storeu_si512(dst + cb * 512, _mm512_unpacklo_epi16(a, b));
+      _mm512_storeu_si512(dst + (cb + 1) * 512, _mm512_unpackhi_epi16(a, b));
     }
   }
 }
@@ -373,69 +393,91 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
       if constexpr (KK == Kind::kBf16) {
         const int64_t n0 = 16 * g;
         if (n0 + 16 > nk) continue;
-        const char* r0 = RowPtr(p.k, t.kb[n0], t.ko[n0], t.pre[n0], 0);
-        const int64_t s = RowPtr(p.k, t.kb[n0 + 1], t.ko[n0 + 1], t.pre[n0 + 1], 0) - r0;
-        bool eq = s > 0 && s % 4 == 0;
-        for (int64_t n = 2; n < 16 && eq; ++n)
-          eq = RowPtr(p.k, t.kb[n0 + n], t.ko[n0 + n], t.pre[n0 + n], 0) == r0 + n * s;
+        const char* r0 = t.k0[n0];
+        const int64_t s = t.k0[n0 + 1] - r0;
+        bool eq = s > 0;
+        for (int64_t n = 1; n < 16 && eq; ++n)
+          eq = t.k0[n0 + n] == r0 + n * s && t.kstep[n0 + n] == t.kstep[n0];
         if (eq) kstride[g] = s;
       }
     }
 
-    for (int64_t x = 0; x < w.n_hk; ++x) {
-      const int64_t hk = w.hk + x;
-      float* m = out.m + x * R;
-      float* l = out.l + x * R;
-      float* acc = out.acc + x * R * out.acc_stride;
-      for (int64_t n = 0; n < nk; ++n) {
-        krow[n] = RowPtr(p.k, t.kb[n], t.ko[n], t.pre[n], x);
-        vrow[n] = RowPtr(p.v, t.vb[n], t.vo[n], t.pre[n], x);
+    // Per head: S^T (tile steps), softmax, V packing, P V (tile steps). The P V steps of head x
+    // are issued interleaved with the score steps of head x + 1: two independent tile chains,
+    // so each one's latency hides behind the other's.
+    const char* kg[TN / 16];
+    int64_t ks[TN / 16];
+    const int64_t nc = D / 32, nsteps = (ng + 1) / 2 * nc;
+    const int64_t ncb = Dv / 16, nkk = (nk + 31) / 32;
+    int64_t kx = -1;  // the head krow / kdq hold
+    const auto set_k = [&](int64_t x) {
+      kx = x;
+      for (int64_t n = 0; n < nk; ++n) krow[n] = t.k0[n] + x * t.kstep[n];
+      if constexpr (KK == Kind::kDq) FillDq(p.k, krow, t.kc, nk, D, x, w.hk + x, &kdq);
+    };
+    // Group g's K rows: straight from the cache when equally spaced, else gathered (or
+    // dequantized) into one of two 16-row buffers just before its tile loads.
+    const auto stage = [&](int64_t g) {
+      if (kstride[g] != 0) {
+        kg[g] = krow[16 * g];
+        ks[g] = kstride[g];
+        return;
       }
-
-      // ---- S^T = K Q^T, 16 keys per accumulator tile ----
-      const char* kg[TN / 16];
-      int64_t ks[TN / 16];
-      if constexpr (KK == Kind::kDq) {
-        FillDq(p.k, t.kb, t.ko, t.kc, nk, D, x, hk, &kdq);
-      }
-      for (int64_t g = 0; g < ng; ++g) {
-        if (kstride[g] != 0) {
-          kg[g] = krow[16 * g];
-          ks[g] = kstride[g];
-          continue;
+      uint16_t* dst = kbuf + (g % 2) * 16 * D;
+      for (int64_t i = 0; i < 16; ++i) {
+        const int64_t n = 16 * g + i;
+        if (n >= nk) {
+          std::memset(dst + i * D, 0, D * 2);
+        } else if constexpr (KK == Kind::kBf16) {
+          std::memcpy(dst + i * D, krow[n], D * 2);
+        } else {
+          DqRowBf16<KE>(kdq, n, D, dst + i * D);
         }
-        uint16_t* dst = kbuf + 16 * g * D;
-        for (int64_t i = 0; i < 16; ++i) {
-          const int64_t n = 16 * g + i;
-          if (n >= nk) {
-            std::memset(dst + i * D, 0, D * 2);
-          } else if constexpr (KK == Kind::kBf16) {
-            std::memcpy(dst + i * D, krow[n], D * 2);
-          } else {
-            DqRowBf16<KE>(kdq, n, D, dst + i * D);
-          }
-        }
-        kg[g] = reinterpret_cast<const char*>(dst);
-        ks[g] = D * 2;
       }
-      const uint16_t* qh = qt + x * D * R;
-      for (int64_t g = 0; g < ng; g += 2) {
-        const bool two = g + 1 < ng;
-        if (has_next) Prefetch(p, nt, x, false, 16 * g, 16 * g + 32);
+      kg[g] = reinterpret_cast<const char*>(dst);
+      ks[g] = D * 2;
+    };
+    // ---- S^T = K Q^T: step i of head kx (group pair i / nc, channels 32 (i % nc)) ----
+    const auto score_step = [&](int64_t i) {
+      const int64_t g = 2 * (i / nc), c = 32 * (i % nc);
+      const bool two = g + 1 < ng;
+      if (c == 0) {
+        if (has_next) Prefetch(p, nt, kx, false, 16 * g, 16 * g + 32);
+        stage(g);
+        if (two) stage(g + 1);
         _tile_zero(0);
         if (two) _tile_zero(1);
-        for (int64_t c = 0; c < D; c += 32) {
-          _tile_loadd(4, qh + c * R, 4 * R);
-          _tile_loadd(2, kg[g] + 2 * c, ks[g]);
-          _tile_dpbf16ps(0, 2, 4);
-          if (two) {
-            _tile_loadd(3, kg[g + 1] + 2 * c, ks[g + 1]);
-            _tile_dpbf16ps(1, 3, 4);
-          }
-        }
+      }
+      _tile_loadd(4, qt + kx * D * R + c * R, 4 * R);
+      _tile_loadd(2, kg[g] + 2 * c, ks[g]);
+      _tile_dpbf16ps(0, 2, 4);
+      if (two) {
+        _tile_loadd(3, kg[g + 1] + 2 * c, ks[g + 1]);
+        _tile_dpbf16ps(1, 3, 4);
+      }
+      if (c + 32 == D) {
         _tile_stored(0, st + 16 * g * R, 4 * R);
         if (two) _tile_stored(1, st + 16 * (g + 1) * R, 4 * R);
       }
+    };
+    // ---- P V: step cb (16 output columns) of the current head, into pv (a fresh accumulator:
+    // no dependence on the row states' previous store); acc += pv on the vector units ----
+    const auto pv_step = [&](int64_t cb) {
+      _tile_zero(5);
+      for (int64_t kk = 0; kk < nkk; ++kk) {
+        _tile_loadd(6, pb + 32 * kk, TN * 2);
+        _tile_loadd(7, vp + (kk * ncb + cb) * 512, 64);
+        _tile_dpbf16ps(5, 6, 7);
+      }
+      _tile_stored(5, pv + 16 * cb, Dv * 4);
+    };
+
+    set_k(0);
+    for (int64_t i = 0; i < nsteps; ++i) score_step(i);
+    for (int64_t x = 0; x < w.n_hk; ++x) {
+      float* m = out.m + x * R;
+      float* l = out.l + x * R;
+      float* acc = out.acc + x * R * out.acc_stride;
 
       // ---- online softmax: attend-inl.h's operations, P rounded to bf16 ----
       for (int64_t r = 0; r < R; ++r) {
@@ -465,7 +507,8 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
         for (int k = 0; k < TN / 16; ++k) {
           const __m512 e = V::Exp(_mm512_sub_ps(xs[k], vmn));
           vsum = _mm512_add_ps(vsum, e);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + 16 * k), Bf16Bits(V::RoundBF16(e)));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + 16 * k),
+                              Bf16Bits(V::RoundBF16(e)));
         }
         const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
         l[r] = l[r] * alpha + _mm512_reduce_add_ps(vsum);
@@ -478,32 +521,25 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
         }
       }
 
-      // ---- acc += P V ----
-      if constexpr (VK == Kind::kDq) {
-        FillDq(p.v, t.vb, t.vo, t.vc, nk, Dv, x, hk, &vdq);
-      }
+      for (int64_t n = 0; n < nk; ++n) vrow[n] = t.v0[n] + x * t.vstep[n];
+      if constexpr (VK == Kind::kDq) FillDq(p.v, vrow, t.vc, nk, Dv, x, w.hk + x, &vdq);
       PackV<VK, VE>(vrow, vdq, nk, Dv, vp, p, has_next ? &nt : nullptr, x);
-      const int64_t ncb = Dv / 16, nkk = (nk + 31) / 32;
-      // The tile's P V goes to pv (fresh accumulator: no dependence on the previous store of
-      // the row states), then acc += pv on the vector units.
-      for (int64_t cb = 0; cb < ncb; ++cb) {
-        _tile_zero(5);
-        for (int64_t kk = 0; kk < nkk; ++kk) {
-          _tile_loadd(6, pb + 32 * kk, TN * 2);
-          _tile_loadd(7, vp + (kk * ncb + cb) * 512, 64);
-          _tile_dpbf16ps(5, 6, 7);
-        }
-        _tile_stored(5, pv + 16 * cb, Dv * 4);
+      const bool more = x + 1 < w.n_hk;
+      if (more) set_k(x + 1);
+      for (int64_t i = 0; i < std::max(ncb, more ? nsteps : 0); ++i) {
+        if (i < ncb) pv_step(i);
+        if (more && i < nsteps) score_step(i);
       }
       for (int64_t r = 0; r < R; ++r) {
         float* a = acc + r * out.acc_stride;
-        const float* t = pv + r * Dv;
+        const float* pt = pv + r * Dv;
         for (int64_t d = 0; d < Dv; d += 16)
-          _mm512_storeu_ps(a + d, _mm512_add_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(t + d)));
+          _mm512_storeu_ps(a + d, _mm512_add_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(pt + d)));
       }
     }
   }
   _tile_release();
+  Unpermute(out.acc, w.rows(), out.acc_stride, Dv);
 }
 
 using RunFn = void (*)(const Problem&, const WorkItem&, EngineScratch&, const RowStates&);
