@@ -8,13 +8,17 @@
 //                  B = the item's query rows as bf16 pairs (packed once per item), C = 16 x R f32;
 //   softmax        fp32, the same operations as attend-inl.h (scale, running max, exp, sum,
 //                  P rounded to bf16 per SPEC 2.6 before P.V);
-//   acc += P V     A = P (R rows x 32 keys bf16), B = two value rows interleaved channel-wise
-//                  (vpermt2w), C = the fp32 row states.
+//   acc += P V     A = P (R rows x 32 keys bf16), B = two value rows interleaved word-wise
+//                  (VPUNPCKL/HWD; the output columns come permuted within 32-channel blocks and
+//                  are put back in order at the end of the item), C = a fresh tile added to the
+//                  fp32 row states on the vector units.
+// The P V steps of one KV head are issued interleaved with the score steps of the next, so the
+// two tile dependency chains overlap.
 // bf16 x bf16 products are exact in fp32; only the summation order differs from the FMA path.
 // AMX-BF16 treats bf16 subnormal inputs as zero and flushes subnormal results (see
 // kernels_amx.cc): far inside the bf16 tolerance. int8 / int4 antiquant operands are dequantized
-// to bf16 with attend-inl.h's vector antiquant (DqAt: (x + offset) * scale rounded to the query
-// dtype, bitwise the reference's values) on the way into the tiles.
+// on the way into the tiles: (x + offset) * scale in fp32 as attend-inl.h's DqAt computes it,
+// rounded to bf16 (the query dtype) by VCVTNE2PS2BF16.
 //
 // Items it runs: dense (no sparse lists, no second source), bf16 query, no rope, no pse, no
 // mask, no band cutting into the item's keys (every tile fully visible), <= 16 rows per KV head,
@@ -257,35 +261,82 @@ inline void FillDq(const KvOperand& kv, const char* const* row, const int64_t* c
 // 32 channels [d0, d0 + 32) of a dequantized row as bf16: (x + offset) * scale in fp32 as DqAt
 // computes it, rounded to bf16 by VCVTNE2PS2BF16 (round to nearest even like RoundBF16, except
 // that subnormal results become zero: TDPBF16PS reads bf16 subnormals as zero anyway).
+// Channels [d0, d0 + 32) of an int8 / int4 row as f32 (exact small integers). int4: 16 bytes,
+// low nibble first, sign-extended in 16-bit lanes; the in-lane word interleave leaves channels
+// 0-7 | 16-23 and 8-15 | 24-31, which one 128-bit lane swap puts in order.
 template <Elem E>
-inline __m512i DqPair(const DqOp& r, int64_t n, int64_t d0) {
-  __m512 x[2];
-  for (int k = 0; k < 2; ++k) {
-    const int64_t d = d0 + 16 * k;
-    x[k] = LoadQ<E>(r.row[n], d);
-    if (r.per_row) {
-      if (r.has_off) x[k] = _mm512_add_ps(x[k], _mm512_set1_ps(r.o[n]));
-      x[k] = _mm512_mul_ps(x[k], _mm512_set1_ps(r.s[n]));
-    } else {
-      if (r.has_off) x[k] = _mm512_add_ps(x[k], _mm512_load_ps(r.oc + d));
-      x[k] = _mm512_mul_ps(x[k], _mm512_load_ps(r.sc + d));
-    }
+inline void LoadQ32(const char* row, int64_t d0, __m512* lo, __m512* hi) {
+  if constexpr (E == Elem::kI8) {
+    *lo = V::LoadI8(reinterpret_cast<const int8_t*>(row) + d0);
+    *hi = V::LoadI8(reinterpret_cast<const int8_t*>(row) + d0 + 16);
+  } else {
+    const __m256i w =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d0 / 2)));
+    const __m256i l = _mm256_srai_epi16(_mm256_slli_epi16(w, 12), 12);
+    const __m256i h = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 12);
+    const __m256i a = _mm256_unpacklo_epi16(l, h), b = _mm256_unpackhi_epi16(l, h);
+    *lo = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_permute2x128_si256(a, b, 0x20)));
+    *hi = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_permute2x128_si256(a, b, 0x31)));
   }
-  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x[1], x[0]));
+}
+
+template <Elem E, int M>  // M: bit 0 an offset, bit 1 per-channel (else per-row) parameters
+inline __m512i DqPair(const DqOp& r, int64_t n, int64_t d0) {
+  constexpr bool kOff = (M & 1) != 0, kChan = (M & 2) != 0;
+  __m512 lo, hi;
+  LoadQ32<E>(r.row[n], d0, &lo, &hi);
+  if constexpr (kChan) {
+    if constexpr (kOff) {
+      lo = _mm512_add_ps(lo, _mm512_load_ps(r.oc + d0));
+      hi = _mm512_add_ps(hi, _mm512_load_ps(r.oc + d0 + 16));
+    }
+    lo = _mm512_mul_ps(lo, _mm512_load_ps(r.sc + d0));
+    hi = _mm512_mul_ps(hi, _mm512_load_ps(r.sc + d0 + 16));
+  } else {
+    if constexpr (kOff) {
+      const __m512 o = _mm512_set1_ps(r.o[n]);
+      lo = _mm512_add_ps(lo, o);
+      hi = _mm512_add_ps(hi, o);
+    }
+    const __m512 sc = _mm512_set1_ps(r.s[n]);
+    lo = _mm512_mul_ps(lo, sc);
+    hi = _mm512_mul_ps(hi, sc);
+  }
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+inline int DqMode(const DqOp& r) { return (r.has_off ? 1 : 0) | (r.per_row ? 0 : 2); }
+
+// Rows [n0, n0 + 16) of the tile (zero past nk) as bf16 rows of D channels at dst.
+template <Elem E, int M>
+inline void DqRowsBf16(const DqOp& r, int64_t n0, int64_t nk, int64_t D, uint16_t* dst) {
+  for (int64_t i = 0; i < 16; ++i, dst += D) {
+    if (n0 + i >= nk) {
+      std::memset(dst, 0, D * 2);
+      continue;
+    }
+    for (int64_t d0 = 0; d0 < D; d0 += 32)
+      _mm512_storeu_si512(dst + d0, DqPair<E, M>(r, n0 + i, d0));
+  }
 }
 
 template <Elem E>
-inline void DqRowBf16(const DqOp& r, int64_t n, int64_t D, uint16_t* dst) {
-  for (int64_t d0 = 0; d0 < D; d0 += 32) _mm512_storeu_si512(dst + d0, DqPair<E>(r, n, d0));
+inline void DqRowsBf16(const DqOp& r, int64_t n0, int64_t nk, int64_t D, uint16_t* dst) {
+  switch (DqMode(r)) {
+    case 0: return DqRowsBf16<E, 0>(r, n0, nk, D, dst);
+    case 1: return DqRowsBf16<E, 1>(r, n0, nk, D, dst);
+    case 2: return DqRowsBf16<E, 2>(r, n0, nk, D, dst);
+    default: return DqRowsBf16<E, 3>(r, n0, nk, D, dst);
+  }
 }
 
 // 32 bf16 channels [c0, c0 + 32) of value n (bf16 row or dequantized).
-template <Kind K, Elem E>
+template <Kind K, Elem E, int M>
 inline __m512i VChunk(const char* row, const DqOp& r, int64_t n, int64_t c0) {
   if constexpr (K == Kind::kBf16) {
     return _mm512_loadu_si512(row + 2 * c0);
   } else {
-    return DqPair<E>(r, n, c0);
+    return DqPair<E, M>(r, n, c0);
   }
 }
 
@@ -309,7 +360,7 @@ inline void Unpermute(float* acc, int64_t rows, int64_t lda, int64_t Dv) {
   }
 }
 
-template <Kind K, Elem E>
+template <Kind K, Elem E, int M>
 inline void PackV(const char* const* vrow, const DqOp& r, int64_t nk, int64_t Dv, uint16_t* vp,
                   const Problem& p, const TileRows* next, int64_t x) {
   const int64_t ncb = Dv / 16;
@@ -323,13 +374,25 @@ inline void PackV(const char* const* vrow, const DqOp& r, int64_t nk, int64_t Dv
       continue;
     }
     for (int64_t c0 = 0; c0 < Dv; c0 += 32) {
-      const __m512i a = VChunk<K, E>(vrow[n], r, n, c0);
-      const __m512i b = n + 1 < nk ? VChunk<K, E>(vrow[n + 1], r, n + 1, c0)
+      const __m512i a = VChunk<K, E, M>(vrow[n], r, n, c0);
+      const __m512i b = n + 1 < nk ? VChunk<K, E, M>(vrow[n + 1], r, n + 1, c0)
                                    : _mm512_setzero_si512();
       const int64_t cb = c0 / 16;
       _mm512_storeu_si512(dst + cb * 512, _mm512_unpacklo_epi16(a, b));
       _mm512_storeu_si512(dst + (cb + 1) * 512, _mm512_unpackhi_epi16(a, b));
     }
+  }
+}
+
+template <Kind K, Elem E>
+inline void PackV(const char* const* vrow, const DqOp& r, int64_t nk, int64_t Dv, uint16_t* vp,
+                  const Problem& p, const TileRows* next, int64_t x) {
+  if constexpr (K == Kind::kBf16) return PackV<K, E, 0>(vrow, r, nk, Dv, vp, p, next, x);
+  switch (DqMode(r)) {
+    case 0: return PackV<K, E, 0>(vrow, r, nk, Dv, vp, p, next, x);
+    case 1: return PackV<K, E, 1>(vrow, r, nk, Dv, vp, p, next, x);
+    case 2: return PackV<K, E, 2>(vrow, r, nk, Dv, vp, p, next, x);
+    default: return PackV<K, E, 3>(vrow, r, nk, Dv, vp, p, next, x);
   }
 }
 
@@ -424,15 +487,14 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
         return;
       }
       uint16_t* dst = kbuf + (g % 2) * 16 * D;
-      for (int64_t i = 0; i < 16; ++i) {
-        const int64_t n = 16 * g + i;
-        if (n >= nk) {
-          std::memset(dst + i * D, 0, D * 2);
-        } else if constexpr (KK == Kind::kBf16) {
-          std::memcpy(dst + i * D, krow[n], D * 2);
-        } else {
-          DqRowBf16<KE>(kdq, n, D, dst + i * D);
+      if constexpr (KK == Kind::kBf16) {
+        for (int64_t i = 0; i < 16; ++i) {
+          const int64_t n = 16 * g + i;
+          if (n >= nk) std::memset(dst + i * D, 0, D * 2);
+          else std::memcpy(dst + i * D, krow[n], D * 2);
         }
+      } else {
+        DqRowsBf16<KE>(kdq, 16 * g, nk, D, dst);
       }
       kg[g] = reinterpret_cast<const char*>(dst);
       ks[g] = D * 2;
