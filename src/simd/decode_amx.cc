@@ -125,7 +125,7 @@ inline bool Can(const Problem& p, const WorkItem& w, Kind* kk, Kind* vk) {
   const int64_t R = w.head_rows();
   if (R < 1 || R > 16 || w.j0 >= w.j1) return false;
   if (p.d_qk % 32 != 0 || p.d_v % 32 != 0 || p.d_qk > 512 || p.d_v > 512) return false;
-  if (R * p.d_v > 32 * p.d_qk) return false;  // the scratch layout of Run
+  if (R * p.d_v > 4096) return false;  // the scratch layout of Run
   if (!OperandKind(p.k, kk) || !OperandKind(p.v, vk)) return false;
   // Every tile fully visible: the band lets each row see every key of the item.
   const auto at = [&](const std::vector<int64_t>& v) {
@@ -417,9 +417,9 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
   float* st = sc.s;
   float* srow = sc.s + TN * 16;
   uint16_t* pb = reinterpret_cast<uint16_t*>(sc.s + 2 * TN * 16);
-  uint16_t* kbuf = reinterpret_cast<uint16_t*>(sc.kt);
-  float* pv = sc.kt + TN * D / 2;  // [R][Dv] after kbuf (Can: R * Dv <= 32 * D)
-  uint16_t* vp = reinterpret_cast<uint16_t*>(sc.v);
+  uint16_t* kbuf = reinterpret_cast<uint16_t*>(sc.kt);  // [2 heads][TN][D]
+  float* pv = sc.s + 4096;                                // [R][Dv] (Can: R * Dv <= 4096)
+  uint16_t* vpb = reinterpret_cast<uint16_t*>(sc.v);     // [2 heads][TN / 32][Dv / 16][512]
 
   const uint16_t* q16 = static_cast<const uint16_t*>(p.q.Base(b));
   for (int64_t x = 0; x < w.n_hk; ++x) {
@@ -468,53 +468,59 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
     // Per head: S^T (tile steps), softmax, V packing, P V (tile steps). The P V steps of head x
     // are issued interleaved with the score steps of head x + 1: two independent tile chains,
     // so each one's latency hides behind the other's.
-    const char* kg[TN / 16];
-    int64_t ks[TN / 16];
+    // K of head x and V of head x + 1 are staged (gathered / dequantized / packed) one head
+    // ahead into buffers of the head's parity, so their stores have drained before the tile
+    // loads read them.
+    const char* kg[2][TN / 16];
+    int64_t ks[2][TN / 16];
     const int64_t nc = D / 32, nsteps = (ng + 1) / 2 * nc;
     const int64_t ncb = Dv / 16, nkk = (nk + 31) / 32;
-    int64_t kx = -1;  // the head krow / kdq hold
-    const auto set_k = [&](int64_t x) {
-      kx = x;
+    // Group g's K rows: straight from the cache when equally spaced, else gathered or
+    // dequantized into the head's buffer.
+    const auto stage_k = [&](int64_t x) {
       for (int64_t n = 0; n < nk; ++n) krow[n] = t.k0[n] + x * t.kstep[n];
       if constexpr (KK == Kind::kDq) FillDq(p.k, krow, t.kc, nk, D, x, w.hk + x, &kdq);
-    };
-    // Group g's K rows: straight from the cache when equally spaced, else gathered (or
-    // dequantized) into one of two 16-row buffers just before its tile loads.
-    const auto stage = [&](int64_t g) {
-      if (kstride[g] != 0) {
-        kg[g] = krow[16 * g];
-        ks[g] = kstride[g];
-        return;
-      }
-      uint16_t* dst = kbuf + (g % 2) * 16 * D;
-      if constexpr (KK == Kind::kBf16) {
-        for (int64_t i = 0; i < 16; ++i) {
-          const int64_t n = 16 * g + i;
-          if (n >= nk) std::memset(dst + i * D, 0, D * 2);
-          else std::memcpy(dst + i * D, krow[n], D * 2);
+      for (int64_t g = 0; g < ng; ++g) {
+        if (kstride[g] != 0) {
+          kg[x % 2][g] = krow[16 * g];
+          ks[x % 2][g] = kstride[g];
+          continue;
         }
-      } else {
-        DqRowsBf16<KE>(kdq, 16 * g, nk, D, dst);
+        uint16_t* dst = kbuf + ((x % 2) * TN + 16 * g) * D;
+        if constexpr (KK == Kind::kBf16) {
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t n = 16 * g + i;
+            if (n >= nk) std::memset(dst + i * D, 0, D * 2);
+            else std::memcpy(dst + i * D, krow[n], D * 2);
+          }
+        } else {
+          DqRowsBf16<KE>(kdq, 16 * g, nk, D, dst);
+        }
+        kg[x % 2][g] = reinterpret_cast<const char*>(dst);
+        ks[x % 2][g] = D * 2;
       }
-      kg[g] = reinterpret_cast<const char*>(dst);
-      ks[g] = D * 2;
     };
-    // ---- S^T = K Q^T: step i of head kx (group pair i / nc, channels 32 (i % nc)) ----
-    const auto score_step = [&](int64_t i) {
+    const auto stage_v = [&](int64_t x) {
+      for (int64_t n = 0; n < nk; ++n) vrow[n] = t.v0[n] + x * t.vstep[n];
+      if constexpr (VK == Kind::kDq) FillDq(p.v, vrow, t.vc, nk, Dv, x, w.hk + x, &vdq);
+      PackV<VK, VE>(vrow, vdq, nk, Dv, vpb + (x % 2) * TN * Dv, p, has_next ? &nt : nullptr, x);
+    };
+    // ---- S^T = K Q^T: step i of head x (group pair i / nc, channels 32 (i % nc)) ----
+    const auto score_step = [&](int64_t x, int64_t i) {
       const int64_t g = 2 * (i / nc), c = 32 * (i % nc);
       const bool two = g + 1 < ng;
+      const char* const* kgx = kg[x % 2];
+      const int64_t* ksx = ks[x % 2];
       if (c == 0) {
-        if (has_next) Prefetch(p, nt, kx, false, 16 * g, 16 * g + 32);
-        stage(g);
-        if (two) stage(g + 1);
+        if (has_next) Prefetch(p, nt, x, false, 16 * g, 16 * g + 32);
         _tile_zero(0);
         if (two) _tile_zero(1);
       }
-      _tile_loadd(4, qt + kx * D * R + c * R, 4 * R);
-      _tile_loadd(2, kg[g] + 2 * c, ks[g]);
+      _tile_loadd(4, qt + x * D * R + c * R, 4 * R);
+      _tile_loadd(2, kgx[g] + 2 * c, ksx[g]);
       _tile_dpbf16ps(0, 2, 4);
       if (two) {
-        _tile_loadd(3, kg[g + 1] + 2 * c, ks[g + 1]);
+        _tile_loadd(3, kgx[g + 1] + 2 * c, ksx[g + 1]);
         _tile_dpbf16ps(1, 3, 4);
       }
       if (c + 32 == D) {
@@ -522,9 +528,10 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
         if (two) _tile_stored(1, st + 16 * (g + 1) * R, 4 * R);
       }
     };
-    // ---- P V: step cb (16 output columns) of the current head, into pv (a fresh accumulator:
-    // no dependence on the row states' previous store); acc += pv on the vector units ----
-    const auto pv_step = [&](int64_t cb) {
+    // ---- P V: step cb (16 output columns) of head x, into pv (a fresh accumulator: no
+    // dependence on the row states' previous store); acc += pv on the vector units ----
+    const auto pv_step = [&](int64_t x, int64_t cb) {
+      const uint16_t* vp = vpb + (x % 2) * TN * Dv;
       _tile_zero(5);
       for (int64_t kk = 0; kk < nkk; ++kk) {
         _tile_loadd(6, pb + 32 * kk, TN * 2);
@@ -534,8 +541,10 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
       _tile_stored(5, pv + 16 * cb, Dv * 4);
     };
 
-    set_k(0);
-    for (int64_t i = 0; i < nsteps; ++i) score_step(i);
+    stage_k(0);
+    stage_v(0);
+    if (w.n_hk > 1) stage_k(1);
+    for (int64_t i = 0; i < nsteps; ++i) score_step(0, i);
     for (int64_t x = 0; x < w.n_hk; ++x) {
       float* m = out.m + x * R;
       float* l = out.l + x * R;
@@ -583,15 +592,13 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
         }
       }
 
-      for (int64_t n = 0; n < nk; ++n) vrow[n] = t.v0[n] + x * t.vstep[n];
-      if constexpr (VK == Kind::kDq) FillDq(p.v, vrow, t.vc, nk, Dv, x, w.hk + x, &vdq);
-      PackV<VK, VE>(vrow, vdq, nk, Dv, vp, p, has_next ? &nt : nullptr, x);
       const bool more = x + 1 < w.n_hk;
-      if (more) set_k(x + 1);
       for (int64_t i = 0; i < std::max(ncb, more ? nsteps : 0); ++i) {
-        if (i < ncb) pv_step(i);
-        if (more && i < nsteps) score_step(i);
+        if (i < ncb) pv_step(x, i);
+        if (more && i < nsteps) score_step(x + 1, i);
       }
+      if (more) stage_v(x + 1);
+      if (x + 2 < w.n_hk) stage_k(x + 2);
       for (int64_t r = 0; r < R; ++r) {
         float* a = acc + r * out.acc_stride;
         const float* pt = pv + r * Dv;
