@@ -88,8 +88,16 @@ inline void LoadConfig(int64_t R) {
   set(5, R, 64);
   set(6, R, 64);
   set(7, 16, 64);
-  _tile_loadconfig(&c);
+  // Not _tile_loadconfig: GCC 12's version declares only the first 8 bytes of the config as its
+  // input, so the compiler may drop or sink the stores of the rest (seen: garbage rows/colsb and
+  // SIGILL on the first tile op in a -O3 build). Here the whole struct is the operand.
+  __asm__ volatile("ldtilecfg %0" ::"m"(c));
 }
+
+// Compiler barrier: GCC's tile load intrinsics do not declare that they read memory, so vector
+// stores into a buffer (packed K / V rows, P) could legally be moved after the tile load that
+// reads it. Every tile step starts with one.
+inline void MemoryBarrier() { __asm__ volatile("" ::: "memory"); }
 
 enum class Kind : uint8_t { kBf16, kDq };
 
@@ -507,6 +515,7 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
     };
     // ---- S^T = K Q^T: step i of head x (group pair i / nc, channels 32 (i % nc)) ----
     const auto score_step = [&](int64_t x, int64_t i) {
+      MemoryBarrier();
       const int64_t g = 2 * (i / nc), c = 32 * (i % nc);
       const bool two = g + 1 < ng;
       const char* const* kgx = kg[x % 2];
@@ -531,6 +540,7 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
     // ---- P V: step cb (16 output columns) of head x, into pv (a fresh accumulator: no
     // dependence on the row states' previous store); acc += pv on the vector units ----
     const auto pv_step = [&](int64_t x, int64_t cb) {
+      MemoryBarrier();
       const uint16_t* vp = vpb + (x % 2) * TN * Dv;
       _tile_zero(5);
       for (int64_t kk = 0; kk < nkk; ++kk) {
