@@ -504,6 +504,25 @@ TEST(Engine, AmxDecode) {
     if (amx) EXPECT_GT(AmxDecodeItems(c.problem()), 0) << "block " << block;
     RunCase(s);
   }
+  // Odd rows per KV head (G = 3) with large scores (running-max rescales), d_qk 128 / d_v 96,
+  // and the 16-row maximum (G = 16).
+  for (int64_t g : {3, 16}) {
+    CaseSpec s;
+    s.h_kv = g == 3 ? 16 : 2;
+    s.h_q = g * s.h_kv;
+    s.d_qk = g == 3 ? 128 : 32;
+    s.d_v = g == 3 ? 96 : 32;
+    s.block = g == 3 ? 64 : 0;
+    s.batch = 2;
+    s.q_len = {1, 1};
+    s.kv_len = {700, 1000};
+    s.amp = g == 3 ? 4.f : 1.f;
+    s.scale = g == 3 ? 0.125 : 0.25;
+    s.seed = ++variant;
+    Case c(s);
+    if (amx) EXPECT_GT(AmxDecodeItems(c.problem()), 0) << "G " << g;
+    RunCase(s);
+  }
   // Antiquant: int8 per-token (K, V), int8 per-token-head K + per-channel V, int4 per-channel K
   // + per-token V (the D3 shape), paged and contiguous.
   using K = Dequant::Kind;
