@@ -562,8 +562,27 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
 
       // ---- online softmax: attend-inl.h's operations, P rounded to bf16 ----
       for (int64_t r = 0; r < R; ++r) {
-        float* s = srow + r * TN;
-        for (int64_t n = 0; n < nk; ++n) s[n] = st[n * R + r];
+        // Row r's scores out of the [key][R] tile store: for R = 4 (the Llama GQA group) and a
+        // full tile, lanes r, r + 4, ... of four vectors per 16 keys by two word permutes and
+        // one lane shuffle; else element by element.
+        __m512 sr[TN / 16];
+        if (R == 4 && nk == TN) {
+          const __m512i idx = _mm512_add_epi32(
+              _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 28, 24, 20, 16, 12, 8, 4, 0),
+              _mm512_set1_epi32(static_cast<int>(r)));
+          for (int k = 0; k < TN / 16; ++k) {
+            const float* z = st + 64 * k;
+            const __m512 lo =
+                _mm512_permutex2var_ps(_mm512_loadu_ps(z), idx, _mm512_loadu_ps(z + 16));
+            const __m512 hi =
+                _mm512_permutex2var_ps(_mm512_loadu_ps(z + 32), idx, _mm512_loadu_ps(z + 48));
+            sr[k] = _mm512_shuffle_f32x4(lo, hi, 0x44);
+          }
+        } else {
+          float* s = srow + r * TN;
+          for (int64_t n = 0; n < nk; ++n) s[n] = st[n * R + r];
+          for (int k = 0; k < TN / 16; ++k) sr[k] = _mm512_loadu_ps(s + 16 * k);
+        }
         const __m512 vscale = _mm512_set1_ps(scale);
         __m512 xs[TN / 16];
         __m512 vm = _mm512_set1_ps(kNegInf);
@@ -572,8 +591,7 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
               static_cast<__mmask16>(nk >= 16 * (k + 1) ? 0xFFFF
                                      : nk <= 16 * k    ? 0
                                                        : (1u << (nk - 16 * k)) - 1);
-          xs[k] = _mm512_mask_mul_ps(_mm512_set1_ps(kNegInf), live,
-                                     _mm512_loadu_ps(s + 16 * k), vscale);
+          xs[k] = _mm512_mask_mul_ps(_mm512_set1_ps(kNegInf), live, sr[k], vscale);
           vm = _mm512_max_ps(vm, xs[k]);
         }
         const float m_old = m[r];
