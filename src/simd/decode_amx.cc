@@ -434,8 +434,12 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
     for (int64_t r = 0; r < R; ++r) {
       const int64_t h = (w.hk + x) * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
       const int64_t qo = p.q.Offset(b, h, row, 0);
-      uint16_t* dst = qt + x * D * R;
-      for (int64_t d = 0; d < D; ++d) dst[(d / 2) * 2 * R + 2 * r + (d & 1)] = q16[qo + DOff(p.q, d)];
+      uint16_t* dst = qt + x * D * R + 2 * r;  // pair d / 2 of row r at (d / 2) * 2R + 2r
+      if (p.q.sd == 1 && p.q.d_split == 0) {  // channel pairs are adjacent: copy them whole
+        for (int64_t d = 0; d < D; d += 2) std::memcpy(dst + d * R, q16 + qo + d, 4);
+      } else {
+        for (int64_t d = 0; d < D; ++d) dst[(d / 2) * 2 * R + (d & 1)] = q16[qo + DOff(p.q, d)];
+      }
     }
   }
 
