@@ -30,6 +30,11 @@ constexpr int kCB = OPENFIA_ATTEND_COLS;  // register block: vectors of columns
 #endif
 constexpr int W = V::kW;
 constexpr int64_t TN = kTileKeys;
+
+// The dedicated AMX decode kernel (simd/decode.h; C linkage so that this per-target namespace
+// can name it). The AVX-512 loop offers it every item first: it runs only under the AMX table.
+extern "C" bool OpenfiaAmxDecode(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                                 const RowStates& out);
 static_assert(TN % W == 0, "tile width must be a multiple of the vector width");
 
 // ---------------------------------------------------------------------------------------------
@@ -842,6 +847,9 @@ inline float ExpScalar(float x) {
 inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                        const RowStates& out) {
   if (p.full_quant) return AttendFullQuant(p, w, sc, out);
+  if constexpr (W == 16) {
+    if (OpenfiaAmxDecode(p, w, sc, out)) return;
+  }
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
