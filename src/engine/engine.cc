@@ -2,6 +2,8 @@
 // epilogue (normalization, sinks, output rounding, int8 post-quantization, lse).
 #include "engine/engine.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -95,46 +97,88 @@ bool EngineSupports(const Problem& p, std::string* why) {
   return w.empty();
 }
 
-void RunEngine(const Problem& p) {
-  const KernelTable& k = ActiveKernels();
-  const Plan plan = MakePlan(p);
-  const int workers = NumWorkers();
-  const int64_t dv_pad = (p.d_v + 15) / 16 * 16;
+namespace {
 
-  // Per-worker scratch and row states; split-KV partial states in a shared workspace.
-  std::vector<std::unique_ptr<ScratchBuffer>> scratch(workers);
-  std::vector<std::vector<float>> states(workers);
-  std::vector<float> split_m(plan.state_rows), split_l(plan.state_rows),
-      split_acc(plan.state_rows * dv_pad);
+// What the items of one RunEngine / RunSchedule call share: kernels, per-worker scratch (made on
+// first use by that worker) and the split workspace.
+class ItemRunner {
+ public:
+  ItemRunner(const Problem& p, int64_t state_rows)
+      : p_(p), k_(ActiveKernels()), dv_pad_((p.d_v + 15) / 16 * 16),
+        scratch_(NumWorkers()), states_(NumWorkers()), split_m_(state_rows),
+        split_l_(state_rows), split_acc_(state_rows * dv_pad_) {}
 
-  ParallelFor(static_cast<int64_t>(plan.items.size()), [&](int64_t idx, int worker) {
-    const WorkItem& w = plan.items[idx];
-    if (!scratch[worker]) {
-      scratch[worker] = std::make_unique<ScratchBuffer>(p);
-      states[worker].assign(kMaxRows * (2 + dv_pad), 0.f);
+  // Attends item w on `worker`; an unsplit item's rows are finished (epilogue), a split item's
+  // partial states stay in the workspace.
+  void Run(const WorkItem& w, int worker) {
+    if (!scratch_[worker]) {
+      scratch_[worker] = std::make_unique<ScratchBuffer>(p_);
+      states_[worker].assign(kMaxRows * (2 + dv_pad_), 0.f);
     }
     const int64_t rows = w.rows(), nq = w.i1 - w.i0;
     RowStates rs;
     if (w.n_split > 1) {
-      rs = {split_m.data() + w.state0, split_l.data() + w.state0,
-            split_acc.data() + w.state0 * dv_pad, dv_pad};
+      rs = {split_m_.data() + w.state0, split_l_.data() + w.state0,
+            split_acc_.data() + w.state0 * dv_pad_, dv_pad_};
     } else {
-      float* st = states[worker].data();
-      rs = {st, st + kMaxRows, st + 2 * kMaxRows, dv_pad};
+      float* st = states_[worker].data();
+      rs = {st, st + kMaxRows, st + 2 * kMaxRows, dv_pad_};
     }
-    k.attend(p, w, scratch[worker]->get(), rs);
+    k_.attend(p_, w, scratch_[worker]->get(), rs);
     if (w.n_split > 1) return;
     for (int64_t r = 0; r < rows; ++r) {
       const SoftmaxRow st{rs.m[r], rs.l[r]};
-      Epilogue(p, w.b, w.hk * p.group() + w.g0 + r / nq, w.i0 + r % nq, st, rs.acc + r * dv_pad);
+      Epilogue(p_, w.b, w.hk * p_.group() + w.g0 + r / nq, w.i0 + r % nq, st,
+               rs.acc + r * dv_pad_);
     }
-  });
+  }
+
+  // Merges the partial states of the rows of `t` in split order and finishes them.
+  void Merge(const MergeTask& t) {
+    std::vector<float> acc(dv_pad_);
+    for (int64_t r = t.r0; r < t.r1; ++r) {
+      SoftmaxRow st;
+      for (int64_t s = 0; s < t.n_split; ++s) {
+        const int64_t sr = t.state0 + s * t.split_stride + r;
+        MergeSoftmax(st, acc.data(), SoftmaxRow{split_m_[sr], split_l_[sr]},
+                     split_acc_.data() + sr * dv_pad_, p_.d_v);
+      }
+      Epilogue(p_, t.b, t.h0 + r % t.heads, t.i0 + r / t.heads, st, acc.data());
+    }
+  }
+
+  const float* split_m() const { return split_m_.data(); }
+  const float* split_l() const { return split_l_.data(); }
+  const float* split_acc() const { return split_acc_.data(); }
+  int64_t dv_pad() const { return dv_pad_; }
+
+ private:
+  const Problem& p_;
+  const KernelTable& k_;
+  const int64_t dv_pad_;
+  std::vector<std::unique_ptr<ScratchBuffer>> scratch_;
+  std::vector<std::vector<float>> states_;
+  std::vector<float> split_m_, split_l_, split_acc_;
+};
+
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+void RunEngine(const Problem& p) {
+  const Plan plan = MakePlan(p);
+  ItemRunner run(p, plan.state_rows);
+  ParallelFor(static_cast<int64_t>(plan.items.size()),
+              [&](int64_t idx, int worker) { run.Run(plan.items[idx], worker); });
 
   if (plan.state_rows == 0) return;
   // Merge the splits of each row group in split order (fixed, so bitwise reproducible).
   std::vector<int64_t> firsts;
   for (int64_t i = 0; i < static_cast<int64_t>(plan.items.size()); ++i)
     if (plan.items[i].n_split > 1 && plan.items[i].split == 0) firsts.push_back(i);
+  const int64_t dv_pad = run.dv_pad();
   ParallelFor(static_cast<int64_t>(firsts.size()), [&](int64_t gi, int) {
     const int64_t first = firsts[gi];
     const WorkItem& w0 = plan.items[first];
@@ -143,14 +187,43 @@ void RunEngine(const Problem& p) {
     for (int64_t r = 0; r < rows; ++r) {
       SoftmaxRow st;
       for (int64_t s = 0; s < w0.n_split; ++s) {
-        const WorkItem& w = plan.items[first + s];
-        const int64_t sr = w.state0 + r;
-        MergeSoftmax(st, acc.data(), SoftmaxRow{split_m[sr], split_l[sr]},
-                     split_acc.data() + sr * dv_pad, p.d_v);
+        const int64_t sr = plan.items[first + s].state0 + r;
+        MergeSoftmax(st, acc.data(), SoftmaxRow{run.split_m()[sr], run.split_l()[sr]},
+                     run.split_acc() + sr * dv_pad, p.d_v);
       }
       Epilogue(p, w0.b, w0.hk * p.group() + w0.g0 + r / nq, w0.i0 + r % nq, st, acc.data());
     }
   });
+}
+
+void RunSchedule(const Problem& p, const Schedule& s, EngineStats* stats) {
+  using Clock = std::chrono::steady_clock;
+  ItemRunner run(p, s.state_rows);
+  const int64_t tasks = static_cast<int64_t>(s.task_begin.size()) - 1;
+  if (stats) {
+    stats->task_busy_s.assign(std::max<int64_t>(tasks, 0), 0.0);
+    stats->thread_busy_s.assign(NumWorkers(), 0.0);
+  }
+  const Clock::time_point c0 = stats ? Clock::now() : Clock::time_point();
+  ParallelFor(tasks, [&](int64_t t, int worker) {
+    const Clock::time_point t0 = stats ? Clock::now() : Clock::time_point();
+    for (int64_t i = s.task_begin[t]; i < s.task_begin[t + 1]; ++i) run.Run(s.items[i], worker);
+    if (stats) {  // each task and each worker slot is written by one thread at a time
+      const double busy = Seconds(t0, Clock::now());
+      stats->task_busy_s[t] += busy;
+      stats->thread_busy_s[worker] += busy;
+    }
+  });
+  const Clock::time_point c1 = stats ? Clock::now() : Clock::time_point();
+  ParallelFor(static_cast<int64_t>(s.merges.size()), [&](int64_t m, int worker) {
+    const Clock::time_point t0 = stats ? Clock::now() : Clock::time_point();
+    run.Merge(s.merges[m]);
+    if (stats) stats->thread_busy_s[worker] += Seconds(t0, Clock::now());
+  });
+  if (stats) {
+    stats->compute_wall_s = Seconds(c0, c1);
+    stats->merge_wall_s = Seconds(c1, Clock::now());
+  }
 }
 
 }  // namespace openfia::internal

@@ -139,8 +139,35 @@ std::vector<uint8_t> Bytes(const SasFixture& f) {
   return v;
 }
 
+// Plans without metadata (made here for the thread count) and with metadata for 1..36 workers,
+// each run on 1..8 threads: bitwise the same output and lse. The split cases (fewer than 8 M
+// blocks) cut the key lists into S2 chunks whose partial states the reduce records merge.
+void ExpectBitwiseInvariant(SasFixture& f) {
+  SasArgs a = f.Build();
+  SetNumThreads(1);
+  f.Run(a);
+  const std::vector<uint8_t> base = Bytes(f);
+  f.ExpectMatchesOracle(kEpsF32);
+  for (int threads : {2, 3, 8}) {  // no metadata: the plan is made for the thread count
+    SetNumThreads(threads);
+    f.Run(a);
+    ASSERT_EQ(Bytes(f), base) << "no metadata, threads " << threads;
+  }
+  std::vector<int32_t> meta(kSasMetadataWords);
+  for (int64_t workers : {1, 2, 5, 36}) {
+    SasMetadataArgs m = f.MetaArgs(workers);
+    SparseAttnSharedkvMetadata(m, TensorView(meta.data(), DType::kInt32, {kSasMetadataWords}));
+    a.metadata = TensorView(meta.data(), DType::kInt32, {kSasMetadataWords});
+    for (int threads : {1, 3, 8}) {
+      SetNumThreads(threads);
+      f.Run(a);
+      ASSERT_EQ(Bytes(f), base) << "workers " << workers << " threads " << threads;
+    }
+  }
+}
+
 TEST_P(SasTest, BitwiseIdenticalForAnyMetadataWorkersAndThreads) {
-  for (int64_t k2 : {0, 7}) {
+  for (int64_t k2 : {0, 7}) {  // 9 or more M blocks: no S2 split
     SasFixture f;
     f.tnd = true;
     f.q_len = {9, 0, 30, 4};
@@ -149,22 +176,40 @@ TEST_P(SasTest, BitwiseIdenticalForAnyMetadataWorkersAndThreads) {
     f.k2 = k2;
     f.n1 = 64;  // CFA: 4 tokens per M block
     f.d = 4;
-    SasArgs a = f.Build();
-    SetNumThreads(1);
-    f.Run(a);
-    const std::vector<uint8_t> base = Bytes(f);
-    f.ExpectMatchesOracle(kEpsF32);
-    std::vector<int32_t> meta(kSasMetadataWords);
-    for (int64_t workers : {1, 2, 5, 36}) {
-      SasMetadataArgs m = f.MetaArgs(workers);
-      SparseAttnSharedkvMetadata(m, TensorView(meta.data(), DType::kInt32, {kSasMetadataWords}));
-      a.metadata = TensorView(meta.data(), DType::kInt32, {kSasMetadataWords});
-      for (int threads : {1, 3, 8}) {
-        SetNumThreads(threads);
-        f.Run(a);
-        ASSERT_EQ(Bytes(f), base) << "workers " << workers << " threads " << threads;
-      }
-    }
+    ExpectBitwiseInvariant(f);
+  }
+  {  // B = 1 decode, SCFA: 128 + 300 keys = 7 one-tile chunks (lists may end early at a -1)
+    SasFixture f;
+    f.q_len = {1};
+    f.kv_len = {2000};
+    f.ratio = 4;
+    f.k2 = 300;
+    f.n1 = 64;
+    f.d = 8;
+    ExpectBitwiseInvariant(f);
+  }
+  {  // 3 decode tokens, SCFA, of different lengths (chunk counts 5, 3, 1 tile)
+    SasFixture f;
+    f.tnd = true;
+    f.q_len = {1, 1, 1};
+    f.kv_len = {1100, 400, 30};
+    f.ratio = 4;
+    f.k2 = 200;
+    f.n1 = 16;
+    f.d = 8;
+    f.seed = 7;
+    ExpectBitwiseInvariant(f);
+  }
+  {  // CFA with 2 M blocks of several tokens each (query-major unit rows), one batch empty
+    SasFixture f;
+    f.tnd = true;
+    f.q_len = {3, 0, 2};
+    f.kv_len = {900, 0, 700};
+    f.ratio = 4;
+    f.n1 = 64;
+    f.d = 4;
+    f.seed = 9;
+    ExpectBitwiseInvariant(f);
   }
 }
 

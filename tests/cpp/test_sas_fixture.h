@@ -285,6 +285,8 @@ struct SasFixture {
 
   // Every output against the oracle. `eps`: unit roundoff of the output dtype times 2; P
   // rounding (bf16/f16) and the output rounding each contribute at most eps/2 relative to max|v|.
+  // The engine rescales the fp32 state once per 64-key tile and once per merged S2 chunk (each
+  // rescale: an exp and a product, about 2 fp32 ulp), so the fp32 part grows with the tiles.
   void ExpectMatchesOracle(double eps) const {
     for (int64_t b = 0; b < B(); ++b)
       for (int64_t i = 0; i < q_len[b]; ++i)
@@ -292,14 +294,17 @@ struct SasFixture {
           std::vector<double> o;
           double lse_want;
           Oracle(b, i, h, &o, &lse_want);
+          const double tiles = std::max<double>(1, std::ceil(Keys(b, i).size() / 64.0));
+          const double tol = 2 * eps + 2 * 0x1p-24 * tiles;
           for (int64_t c = 0; c < d; ++c)
-            ASSERT_NEAR(Out(b, i, h, c), o[c], 2 * eps * std::max(1.0, std::fabs(o[c])))
+            ASSERT_NEAR(Out(b, i, h, c), o[c], tol * std::max(1.0, std::fabs(o[c])))
                 << "b=" << b << " i=" << i << " h=" << h << " c=" << c;
           if (!lse) continue;
           if (std::isinf(lse_want)) {
             ASSERT_EQ(Lse(b, i, h), float(lse_want)) << "b=" << b << " i=" << i;
           } else {
-            ASSERT_NEAR(Lse(b, i, h), lse_want, 2 * 0x1p-24 * std::max(1.0, std::fabs(lse_want)))
+            ASSERT_NEAR(Lse(b, i, h), lse_want,
+                        2 * 0x1p-24 * (1 + tiles) * std::max(1.0, std::fabs(lse_want)))
                 << "b=" << b << " i=" << i << " h=" << h;
           }
         }
