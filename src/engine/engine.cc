@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "common/online_softmax.h"
@@ -133,15 +135,31 @@ class ItemRunner {
     }
   }
 
-  // Merges the partial states of the rows of `t` in split order and finishes them.
+  // Merges the partial states of the rows of `t` and finishes them. Two passes per row: the
+  // common max M over the non-empty splits, then l = sum w_s l_s and acc = sum w_s acc_s with
+  // w_s = exp(m_s - M), both in split order 0, 1, ... (a fixed order of operations, so the result
+  // depends on the states only, never on who computed them). Cheaper than a left fold of
+  // MergeSoftmax: one exp per split and one multiply-add per element.
   void Merge(const MergeTask& t) {
-    std::vector<float> acc(dv_pad_);
+    std::vector<float> acc(dv_pad_), w(t.n_split);
+    const int64_t n = p_.d_v;
     for (int64_t r = t.r0; r < t.r1; ++r) {
       SoftmaxRow st;
-      for (int64_t s = 0; s < t.n_split; ++s) {
-        const int64_t sr = t.state0 + s * t.split_stride + r;
-        MergeSoftmax(st, acc.data(), SoftmaxRow{split_m_[sr], split_l_[sr]},
-                     split_acc_.data() + sr * dv_pad_, p_.d_v);
+      for (int64_t s = 0; s < t.n_split; ++s)
+        st.m = std::fmax(st.m, split_m_[t.state0 + s * t.split_stride + r]);
+      if (!st.empty()) {
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t s = 0; s < t.n_split; ++s) {
+          const int64_t sr = t.state0 + s * t.split_stride + r;
+          // An empty split (m = -inf, l = 0, acc = 0) contributes nothing: skip it (its weight
+          // would be exp(-inf) = 0 anyway, but 0 * acc must not meet a non-finite value).
+          if (split_m_[sr] == -std::numeric_limits<float>::infinity()) continue;
+          const float ws = std::exp(split_m_[sr] - st.m);
+          st.l += ws * split_l_[sr];
+          const float* src = split_acc_.data() + sr * dv_pad_;
+          float* dst = acc.data();
+          for (int64_t d = 0; d < n; ++d) dst[d] += ws * src[d];
+        }
       }
       Epilogue(p_, t.b, t.h0 + r % t.heads, t.i0 + r / t.heads, st, acc.data());
     }
@@ -163,6 +181,12 @@ class ItemRunner {
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace
@@ -200,25 +224,37 @@ void RunSchedule(const Problem& p, const Schedule& s, EngineStats* stats) {
   using Clock = std::chrono::steady_clock;
   ItemRunner run(p, s.state_rows);
   const int64_t tasks = static_cast<int64_t>(s.task_begin.size()) - 1;
+  std::mutex merge_mu;  // merge totals are shared by the merge tasks
   if (stats) {
+    *stats = EngineStats();
     stats->task_busy_s.assign(std::max<int64_t>(tasks, 0), 0.0);
+    stats->task_cpu_s.assign(std::max<int64_t>(tasks, 0), 0.0);
     stats->thread_busy_s.assign(NumWorkers(), 0.0);
   }
   const Clock::time_point c0 = stats ? Clock::now() : Clock::time_point();
   ParallelFor(tasks, [&](int64_t t, int worker) {
     const Clock::time_point t0 = stats ? Clock::now() : Clock::time_point();
+    const double cpu0 = stats ? ThreadCpuSeconds() : 0;
     for (int64_t i = s.task_begin[t]; i < s.task_begin[t + 1]; ++i) run.Run(s.items[i], worker);
     if (stats) {  // each task and each worker slot is written by one thread at a time
       const double busy = Seconds(t0, Clock::now());
       stats->task_busy_s[t] += busy;
+      stats->task_cpu_s[t] += ThreadCpuSeconds() - cpu0;
       stats->thread_busy_s[worker] += busy;
     }
   });
   const Clock::time_point c1 = stats ? Clock::now() : Clock::time_point();
   ParallelFor(static_cast<int64_t>(s.merges.size()), [&](int64_t m, int worker) {
     const Clock::time_point t0 = stats ? Clock::now() : Clock::time_point();
+    const double cpu0 = stats ? ThreadCpuSeconds() : 0;
     run.Merge(s.merges[m]);
-    if (stats) stats->thread_busy_s[worker] += Seconds(t0, Clock::now());
+    if (stats) {
+      const double busy = Seconds(t0, Clock::now()), cpu = ThreadCpuSeconds() - cpu0;
+      stats->thread_busy_s[worker] += busy;
+      std::lock_guard<std::mutex> lk(merge_mu);
+      stats->merge_busy_s += busy;
+      stats->merge_cpu_s += cpu;
+    }
   });
   if (stats) {
     stats->compute_wall_s = Seconds(c0, c1);

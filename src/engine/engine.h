@@ -19,8 +19,9 @@ void RunEngine(const Problem& p);
 
 // The merge of split partial states of some rows. Row r (r0 <= r < r1) is query head
 // h0 + r % heads of logical query i0 + r / heads of batch b; its partial state of split s lives
-// at workspace row state0 + s * split_stride + r. The states are merged in split order 0, 1, ...
-// (a left fold starting from the empty state), then normalized and written like an unsplit row.
+// at workspace row state0 + s * split_stride + r. The states are merged with weights
+// exp(m_s - max_s m_s), summed in split order 0, 1, ... (empty splits skipped), then normalized
+// and written like an unsplit row: a function of the states alone.
 struct MergeTask {
   int64_t b = 0, h0 = 0, heads = 1, i0 = 0;
   int64_t r0 = 0, r1 = 0;
@@ -42,9 +43,12 @@ struct Schedule {
 
 // Optional timing of RunSchedule (pass nullptr for none: then nothing is timed). Busy time is the
 // wall time a thread spends inside a task's items (or a merge task), summed.
+// CPU times (CLOCK_THREAD_CPUTIME_ID) exclude what other processes of a shared machine take.
 struct EngineStats {
-  std::vector<double> task_busy_s;    // [tasks]: per compute worker of the schedule
+  std::vector<double> task_busy_s;    // [tasks]: per compute worker of the schedule (wall)
+  std::vector<double> task_cpu_s;     // [tasks]: the same in thread CPU time
   std::vector<double> thread_busy_s;  // [threads]: per pool thread, compute and merge phases
+  double merge_busy_s = 0, merge_cpu_s = 0;  // all merge tasks, summed (wall, CPU)
   double compute_wall_s = 0;          // wall time of the compute phase
   double merge_wall_s = 0;            // wall time of the merge phase
 };

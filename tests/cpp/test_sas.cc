@@ -3,6 +3,7 @@
 // counts and thread counts. Every test runs on the fp64 reference and on the engine.
 #include <gtest/gtest.h>
 
+#include "ops/sparse_attn_sharedkv/sas_internal.h"
 #include "test_sas_fixture.h"
 
 namespace openfia::sas_test {
@@ -211,6 +212,41 @@ TEST_P(SasTest, BitwiseIdenticalForAnyMetadataWorkersAndThreads) {
     f.seed = 9;
     ExpectBitwiseInvariant(f);
   }
+}
+
+TEST_P(SasTest, BusyStatsHookTimesEveryPlannedWorkerAndChangesNothing) {
+  // B = 1 decode split over 3 workers (7 one-tile chunks): one busy time per compute record,
+  // the merge timed, the same bytes as the untimed call; on the reference no engine timing.
+  SasFixture f;
+  f.q_len = {1};
+  f.kv_len = {2000};
+  f.ratio = 4;
+  f.k2 = 300;
+  f.n1 = 64;
+  f.d = 8;
+  SasArgs a = f.Build();
+  std::vector<int32_t> meta(kSasMetadataWords);
+  SparseAttnSharedkvMetadata(f.MetaArgs(3),
+                             TensorView(meta.data(), DType::kInt32, {kSasMetadataWords}));
+  a.metadata = TensorView(meta.data(), DType::kInt32, {kSasMetadataWords});
+  SetNumThreads(2);
+  f.Run(a);
+  const std::vector<uint8_t> plain = Bytes(f);
+  const auto busy = internal::SparseAttnSharedkvBusy(
+      a, TensorView(f.outbuf.data(), f.dtype, {1, 1, f.n1, f.d}),
+      TensorView(f.lsebuf.data(), DType::kFloat32, {1, 1, 1, f.n1}));
+  EXPECT_EQ(Bytes(f), plain);
+  if (GetParam() == Impl::kReference) {
+    EXPECT_TRUE(busy.empty());
+    return;
+  }
+  ASSERT_EQ(busy.at("workers").size(), 3u);
+  ASSERT_EQ(busy.at("workers_cpu").size(), 3u);
+  for (double t : busy.at("workers")) EXPECT_GT(t, 0.0);
+  EXPECT_EQ(busy.at("threads").size(), 2u);
+  EXPECT_GT(busy.at("merge")[0], 0.0);  // the split rows were merged
+  EXPECT_GE(busy.at("compute_wall")[0], *std::max_element(busy.at("workers").begin(),
+                                                          busy.at("workers").end()));
 }
 
 TEST_P(SasTest, AutoRunsTheEngine) {

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "common/problem.h"
@@ -161,11 +163,12 @@ void RunSas(const SasArgs& args, const TensorView& attention_out, const TensorVi
             EngineStats* stats);
 
 // For benchmarks (python/src/bindings_sas.cc redeclares it: the bindings see only include/):
-// runs the op like SparseAttnSharedkv and returns each compute record's busy seconds (empty on
-// the reference); *thread_busy_s gets each pool thread's.
-std::vector<double> SparseAttnSharedkvBusy(const SasArgs& args, const TensorView& attention_out,
-                                           const TensorView& softmax_lse,
-                                           std::vector<double>* thread_busy_s);
+// runs the op like SparseAttnSharedkv with engine timing (EngineStats): "workers" /
+// "workers_cpu" (each compute record's busy wall / CPU seconds), "threads" (each thread's busy
+// seconds), "merge" / "merge_cpu" (all merges), "compute_wall" / "merge_wall" (the phases).
+// Empty when the reference ran.
+std::map<std::string, std::vector<double>> SparseAttnSharedkvBusy(
+    const SasArgs& args, const TensorView& attention_out, const TensorView& softmax_lse);
 
 // Reads element i of a 1-D integer tensor (int32 or int64) through its stride.
 int64_t ReadIndex(const TensorView& t, int64_t i);

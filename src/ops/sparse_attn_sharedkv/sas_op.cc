@@ -9,6 +9,7 @@
 // reference computes whole units (rows are independent there): each record the units whose first
 // piece it holds.
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <exception>
 #include <mutex>
@@ -191,13 +192,19 @@ void RunSas(const SasArgs& args, const TensorView& attention_out, const TensorVi
   }
 }
 
-std::vector<double> SparseAttnSharedkvBusy(const SasArgs& args, const TensorView& attention_out,
-                                           const TensorView& softmax_lse,
-                                           std::vector<double>* thread_busy_s) {
-  EngineStats stats;
-  RunSas(args, attention_out, softmax_lse, &stats);
-  if (thread_busy_s) *thread_busy_s = stats.thread_busy_s;
-  return stats.task_busy_s;
+std::map<std::string, std::vector<double>> SparseAttnSharedkvBusy(
+    const SasArgs& args, const TensorView& attention_out, const TensorView& softmax_lse) {
+  EngineStats st;
+  st.compute_wall_s = -1;  // stays negative when the reference runs (no engine timing)
+  RunSas(args, attention_out, softmax_lse, &st);
+  if (st.compute_wall_s < 0) return {};
+  return {{"workers", st.task_busy_s},
+          {"workers_cpu", st.task_cpu_s},
+          {"threads", st.thread_busy_s},
+          {"merge", {st.merge_busy_s}},
+          {"merge_cpu", {st.merge_cpu_s}},
+          {"compute_wall", {st.compute_wall_s}},
+          {"merge_wall", {st.merge_wall_s}}};
 }
 
 }  // namespace internal
