@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <limits>
 #include <memory>
@@ -57,6 +58,28 @@ void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRo
   const int64_t row = p.q_begin[b] + i;
   const int64_t o = b * p.out_sb + h * p.out_sh + row * p.out_ss;
   const bool quant = p.out_elem == Elem::kI8;
+  // Contiguous float / bf16 rows: the same operations per element, in loops the compiler
+  // vectorizes (a row is hundreds of elements; the generic loop below converts one at a time).
+  if (!quant && p.out_sd == 1 && (p.out_elem == Elem::kF32 || p.out_elem == Elem::kBF16)) {
+    const float factor = f.factor, denom = f.denom;
+    if (p.out_elem == Elem::kF32) {
+      float* dst = static_cast<float*>(p.out) + o;
+      for (int64_t d = 0; d < p.d_v; ++d) dst[d] = any ? acc[d] * factor / denom : 0.f;
+    } else {
+      uint16_t* dst = static_cast<uint16_t*>(p.out) + o;
+      for (int64_t d = 0; d < p.d_v; ++d) {
+        const float x = any ? acc[d] * factor / denom : 0.f;
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        // cvt::F32ToBF16 without branches: round to nearest even, NaN stays a quiet NaN.
+        const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+        const uint32_t qnan = (u >> 16) | 0x40u;
+        dst[d] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? qnan : rne);
+      }
+    }
+    if (p.lse) p.lse[b * p.lse_sb + h * p.lse_sh + row * p.lse_ss] = f.lse;
+    return;
+  }
   for (int64_t d = 0; d < p.d_v; ++d) {
     float x = any ? acc[d] * f.factor / f.denom : 0.f;
     if (quant) {  // SPEC 2.7: y = x * qs2 + qo2 in fp32, half away from zero, saturated
