@@ -141,7 +141,7 @@ std::vector<uint8_t> Bytes(const SasFixture& f) {
 }
 
 // Plans without metadata (made here for the thread count) and with metadata for 1..36 workers,
-// each run on 1..8 threads: bitwise the same output and lse. The split cases (fewer than 8 M
+// each run on 1..8 threads: bitwise the same output and lse. The split cases (fewer than 4 M
 // blocks) cut the key lists into S2 chunks whose partial states the reduce records merge.
 void ExpectBitwiseInvariant(SasFixture& f) {
   SasArgs a = f.Build();

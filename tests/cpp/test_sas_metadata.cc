@@ -243,9 +243,9 @@ TEST(SasPlan, SmallBatchDecodeSplitsS2OnAFixedGrid) {
   bad = w;
   bad[kS2End] = 4;  // piece 4 covered by nobody
   ExpectRejected(c, bad, "not covered");
-  // A batch of 8 units is not split (kSasSplitBelowUnits).
-  c.batch = 8, c.q_len.assign(8, 1), c.kv_len.assign(8, 8192);
-  EXPECT_EQ(SasWorkUnits(c).pieces(), 8);
+  // A batch of 4 units is not split (kSasSplitBelowUnits).
+  c.batch = 4, c.q_len.assign(4, 1), c.kv_len.assign(4, 8192);
+  EXPECT_EQ(SasWorkUnits(c).pieces(), 4);
 }
 
 // ---- the public op -------------------------------------------------------------------------

@@ -19,14 +19,14 @@
 namespace openfia::internal {
 namespace {
 
-// The cost model, in picoseconds (docs/sparse_attn_sharedkv.md, "Cost model", has the measuring
-// command and the fit): per (query head x key) product, per engine item (one query token, its
-// heads, one S2 chunk: query packing, output or state write), per partial-state row of a split
-// piece (written by the compute worker, read and merged by the reduce). Any values give a
-// correct plan; these make its pieces take about equal time on this engine.
-constexpr int64_t kPsPerProduct = 250;
-constexpr int64_t kPsPerItem = 400000;
-constexpr int64_t kPsPerStateRow = 150000;
+// The cost model, in units of 100 ps (docs/sparse_attn_sharedkv.md, "Cost model", has the
+// measuring command and the numbers: bf16, N1 = 64, D = 512, one thread of this machine): per
+// (query head x key) product, and per engine item (one query token, its heads, one S2 chunk:
+// query packing, and the epilogue or the partial-state write). The merge of a split unit runs
+// after every compute record, so it is not part of a piece. Any values give a correct plan;
+// these make the pieces of a record take about equal time on this engine.
+constexpr int64_t kCostPerProduct = 74;      // 7.4 ns
+constexpr int64_t kCostPerItem = 140000;     // 14 us
 
 // Keys a query at absolute position p of a batch with S2 = s2 attends (sparse lists counted at
 // their capacity: the planner never sees the indices).
@@ -150,9 +150,8 @@ std::vector<int64_t> SasPieceCosts(const SasConfig& c, const SasUnits& u) {
         const int64_t keys = KeysOfRow(c, s2 - s1 + i, s2);
         const int64_t mine = std::max<int64_t>(
             0, (last ? keys : std::min(keys, lo + u.chunk_keys[x])) - lo);
-        k += kPsPerProduct * c.n1 * mine + kPsPerItem * items_per_token;
+        k += kCostPerProduct * c.n1 * mine + kCostPerItem * items_per_token;
       }
-      if (u.chunks[x] > 1) k += kPsPerStateRow * u.rows(x);
     }
   }
   return cost;
@@ -200,7 +199,7 @@ std::vector<int32_t> SasReduceRecords(const SasConfig& c, const SasUnits& u) {
   int64_t split_units = 0;
   for (int64_t x = 0; x < u.total(); ++x) split_units += u.chunks[x] > 1;
   if (split_units == 0) return r;
-  // Split units are fewer than kSasSplitBelowUnits (8), so each gets at least 9 records.
+  // Split units are fewer than kSasSplitBelowUnits (4), so each may take 72 / 3 = 24 records.
   const int64_t max_parts = kSasReduceRecords / split_units;
   int64_t v = 0;
   for (int64_t x = 0; x < u.total(); ++x) {

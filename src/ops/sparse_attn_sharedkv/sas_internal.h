@@ -73,7 +73,7 @@ inline constexpr int32_t kSasSnapshotVersion = 2;  // 2: S2 chunk grid and reduc
 // Key-list positions per S2 tile of the engine: chunk boundaries are multiples of it.
 inline constexpr int64_t kSasTileKeys = 64;
 // Units (M blocks) below which the S2 axis is split, and the number of pieces then aimed at.
-inline constexpr int64_t kSasSplitBelowUnits = 8;
+inline constexpr int64_t kSasSplitBelowUnits = 4;
 inline constexpr int64_t kSasSplitTarget = kSasMaxWorkers;
 // Rows per reduce record (at most; fewer records when 72 would not suffice).
 inline constexpr int64_t kSasReduceRows = 16;
@@ -111,9 +111,9 @@ SasUnits SasWorkUnits(const SasConfig& config);
 // record starting there: the slot its first split piece writes).
 int64_t SasSlotsBefore(const SasUnits& units, int64_t piece);
 
-// Cost model (docs/sparse_attn_sharedkv.md, "Cost model"; measured on this engine), in
-// picoseconds per piece: per (query head x key) product, per engine item (one query token x its
-// heads x the chunk), per partial-state row a split piece writes and its merge reads.
+// Cost model (docs/sparse_attn_sharedkv.md, "Cost model"; measured on this engine), in units of
+// 100 ps per piece: per (query head x key) product and per engine item (one query token x its
+// heads x the chunk, with its epilogue or partial-state write).
 std::vector<int64_t> SasPieceCosts(const SasConfig& config, const SasUnits& units);
 
 // The int32[1024] plan for `num_workers` (1..36) compute workers, with the snapshot.
