@@ -82,7 +82,8 @@ def npu_sparse_attn_sharedkv_metadata(
 def verify_sparse_attn_sharedkv_metadata(metadata: torch.Tensor, num_heads_q: int,
                                          num_heads_kv: int, head_dim: int, **kwargs) -> None:
     """Raises OpenfiaError unless `metadata` was made for these metadata arguments (same keyword
-    names as npu_sparse_attn_sharedkv_metadata) and covers every work unit exactly once."""
+    names as npu_sparse_attn_sharedkv_metadata) and covers every (work unit, S2 chunk) piece
+    exactly once."""
     kwargs.pop("device", None)
     full = dict(cu_seqlens_q=None, cu_seqlens_ori_kv=None, cu_seqlens_cmp_kv=None, seqused_q=None,
                 seqused_kv=None, batch_size=0, max_seqlen_q=0, max_seqlen_kv=0, ori_topk=0,

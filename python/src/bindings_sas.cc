@@ -172,5 +172,5 @@ void RegisterSas(nb::module_& m) {
       },
       nb::arg("metadata"), nb::arg("kwargs"),
       "Raises OpenfiaError unless `metadata` was made for these metadata arguments and covers "
-      "every work unit exactly once.");
+      "every (work unit, S2 chunk) piece exactly once.");
 }
