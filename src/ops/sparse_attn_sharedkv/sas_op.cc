@@ -175,19 +175,24 @@ void RunSas(const SasArgs& args, const TensorView& attention_out, const TensorVi
   const std::vector<SasWorkerRange> ranges = VerifySasPlan(config, words.data());
   const SasUnits units = SasWorkUnits(config);
 
-  // Pre-fill: rows without keys keep 0 and lse +inf; return_softmax_lse=False gives a 0.
-  PrefillOutputs(attention_out, softmax_lse, args.return_softmax_lse);
-
   const Problem p = CanonicalizeSas(args, config, attention_out,
                                     args.return_softmax_lse ? softmax_lse : TensorView());
   // As RunSelectedImpl (common/dispatch.h) decides, with the plan's schedule for the engine.
   const Impl impl = GetImpl();
   std::string why;
   if (impl != Impl::kReference && EngineSupports(p, &why)) {
+    // The schedule writes every row of out (and of lse when requested): rows without keys get
+    // 0 / +inf from the epilogue, and q has no padding rows (BSND rows are all S1 tokens). So
+    // only the placeholder lse of return_softmax_lse=False is pre-filled: a prefill output is
+    // hundreds of MB that would otherwise be written twice.
+    if (!args.return_softmax_lse && softmax_lse.defined() && softmax_lse.numel() > 0)
+      *static_cast<float*>(softmax_lse.data) = 0.f;  // the one-element placeholder
     RunSchedule(p, SasSchedule(p, config, units, ranges, words.data()), stats);
   } else if (impl == Impl::kEngine) {
     Fail(ErrorCode::kUnsupported, "impl", "the engine does not support this call", why);
   } else {
+    // Pre-fill: rows without keys keep 0 and lse +inf; return_softmax_lse=False gives a 0.
+    PrefillOutputs(attention_out, softmax_lse, args.return_softmax_lse);
     RunReferenceByPlan(p, units, ranges);
   }
 }
