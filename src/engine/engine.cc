@@ -164,7 +164,7 @@ class ItemRunner {
   // depends on the states only, never on who computed them). Cheaper than a left fold of
   // MergeSoftmax: one exp per split and one multiply-add per element.
   void Merge(const MergeTask& t) {
-    std::vector<float> acc(dv_pad_), w(t.n_split);
+    std::vector<float> acc(dv_pad_);
     const int64_t n = p_.d_v;
     for (int64_t r = t.r0; r < t.r1; ++r) {
       SoftmaxRow st;
