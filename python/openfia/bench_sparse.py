@@ -17,13 +17,18 @@ BF16_U * (max|ref| + max|V|) of it elementwise: P is rounded to bf16 before P.V 
 max|V|) and the output is rounded once (<= u/2 of |out|); float32 accumulation over <= 2200 keys
 adds < u/32 of max|V|. A wrong selection, threshold, scale or sink is of the size of the output.
 
-KvQuantSparseFlashAttention (S1, S2) runs on the fast engine: with a bfloat16 query on CPUs
-with AMX-BF16, each tile of 64 selected rows is dequantized once to bf16 (int8 / fp8 / hifloat8
-times the per-128-channel scale, rounded as the operator does) and K, V and all query heads share
-it on AMX tiles (src/simd/amx_tile_dequant-inl.h); a float16 query takes the AVX-512 path with a
-vectorized per-tile dequant. The "openfia impl" column names what ran (probe_impl): "reference"
-marks an operator or call the engine does not take, timed on the fp64 reference (the demo
-preset keeps such rows short with reduced sizes).
+Both operators run on openfia's engine (the table's "openfia impl" column says so per row;
+"reference" would mark a call the engine does not take, timed on the fp64 reference).
+KvQuantSparseFlashAttention (S1, S2): with a bfloat16 query on CPUs with AMX-BF16, each tile of
+64 selected rows is dequantized once to bf16 (int8 / fp8 / hifloat8 times the per-128-channel
+scale, rounded as the operator does) and K, V and all query heads share it on AMX tiles
+(src/simd/amx_tile_dequant-inl.h); a float16 query takes the AVX-512 path with a vectorized
+per-tile dequant. SparseAttnSharedkv: bf16 items on AMX tiles where the CPU has them, AVX-512
+otherwise. A SparseAttnSharedkv call executes its metadata (V3 passes one; the others let the
+operator plan for the thread count): compute records -> engine items, the S2 split of
+small-batch decode -> partial states merged by the reduce records. V3 reports each planned
+worker's busy time (engine timing through the bench-only openfia.sas.sparse_attn_sharedkv_busy).
+The demo preset shrinks B, KV and top-k so that all five rows run in seconds on 2 cores.
 """
 from __future__ import annotations
 
@@ -49,6 +54,8 @@ class SparseWorkload:
     vmax: float              # max |V| over the attended values
     acc_len: int             # longest float32 dot product / accumulation of the reference
     note: str = ""           # extra text for the report (metadata split)
+    report: object = None    # optional (result record) -> note text, run after the timing
+    busy: object = None      # SparseAttnSharedkv: () -> (out, lse, busy seconds), bench-only
 
 
 def _pages(n_tokens_per_batch, B, page, gen):
@@ -170,26 +177,21 @@ def build_sas(name, *, B, S1, S2, N, D, ratio, k2, page=128, cmp_page=64, metada
                 idx[b, i, 0] = row
     scale = D ** -0.5
     meta = None
-    note = ""
     if metadata:
         meta = sas.npu_sparse_attn_sharedkv_metadata(
             N, 1, D, seqused_kv=seqused, batch_size=B, max_seqlen_q=S1, max_seqlen_kv=S2,
             cmp_topk=k2, cmp_ratio=ratio, layout_q="BSND")
-        recs = meta[:8 * 36].reshape(36, 8)
-        enabled = int((recs[:, 0] != 0).sum())
-        note = (f"{name}: metadata split over {openfia.get_num_threads()} workers: {enabled} "
-                f"worker(s) planned with work (units are (batch, query token) for SCFA and work "
-                f"is never split along the KV axis, so B=1 decode is one unit). The API exposes "
-                f"the plan, not per-worker busy time: none is reported.")
     ori_pool = ori.reshape(nb1, page, 1, D)
     cmp_pool = cmpv.reshape(nb2, cmp_page, 1, D)
+    kw = dict(ori_kv=ori_pool, cmp_kv=cmp_pool, cmp_sparse_indices=idx,
+              ori_block_table=ori_table, cmp_block_table=cmp_table, seqused_kv=seqused,
+              sinks=sinks, metadata=meta, softmax_scale=scale, cmp_ratio=ratio, layout_q="BSND")
 
     def call_openfia():
-        return sas.npu_sparse_attn_sharedkv(
-            q, ori_kv=ori_pool, cmp_kv=cmp_pool, cmp_sparse_indices=idx,
-            ori_block_table=ori_table, cmp_block_table=cmp_table, seqused_kv=seqused,
-            sinks=sinks, metadata=meta, softmax_scale=scale, cmp_ratio=ratio,
-            layout_q="BSND")[0]
+        return sas.npu_sparse_attn_sharedkv(q, **kw)[0]
+
+    def report(res):
+        return _busy_report(name, openfia, sas, meta, lambda: sas.sparse_attn_sharedkv_busy(q, **kw))
 
     # Per row the keys are: window positions p-127..p (masked below 0), then the compressed
     # entries (SCFA: the row's indices, -1 masked; CFA: all entries, those >= thr masked), then
@@ -267,14 +269,56 @@ def build_sas(name, *, B, S1, S2, N, D, ratio, k2, page=128, cmp_page=64, metada
              f"paged/{page}" + (" +metadata" if metadata else ""))
     return SparseWorkload(name, shape, S1 == 1, 2.0 * 2 * D * pairs, kv_bytes, io, call_openfia,
                           lambda o: o.reshape(B * S1, 1, N, D), prep, sdpa, vmax,
-                          max(keys_per_row) + D, note)
+                          max(keys_per_row) + D, "", report if metadata else None,
+                          lambda: sas.sparse_attn_sharedkv_busy(q, **kw))
+
+
+def describe_plan(meta):
+    """The split a SparseAttnSharedkv metadata tensor describes (SEMANTICS 3.4 record layout)."""
+    words = meta.tolist()
+    recs = [words[8 * c:8 * c + 8] for c in range(36)]
+    on = [r for r in recs if r[0]]
+    cur = lambda r, k: f"({r[k]},{r[k + 1]},{r[k + 2]})"  # noqa: E731  (bn2, m, s2)
+    fd = [words[288 + 8 * v:296 + 8 * v] for v in range(72)]
+    fd_on = [r for r in fd if r[0]]
+    chunks = sorted({r[4] for r in fd_on})
+    text = (f"{len(on)} compute record(s): " + ", ".join(f"{cur(r, 1)}..{cur(r, 4)}" for r in on)
+            + f" [(bn2, m, s2) cursors]; ")
+    if fd_on:
+        text += (f"{len(fd_on)} reduce record(s) merging {'/'.join(map(str, chunks))} S2 chunk "
+                 f"partial states per row")
+    else:
+        text += "no S2 split (no reduce record)"
+    return text
+
+
+def _busy_report(name, openfia, sas, meta, call, reps=5):
+    """Per-worker busy time of the metadata's compute records, per-thread busy time, the merge
+    and the balance, from the call (of `reps`) with the shortest compute phase."""
+    best = None
+    for _ in range(reps):
+        _, _, busy = call()
+        if busy and (best is None or busy["compute_wall"][0] < best["compute_wall"][0]):
+            best = busy
+    plan = describe_plan(meta) if meta is not None else "plan made by the operator"
+    if best is None:
+        return f"{name}: {plan}; no engine timing (the call ran on the reference)."
+    ms = lambda xs: "[" + ", ".join(f"{x * 1e3:.3f}" for x in xs) + "]"  # noqa: E731
+    wk, cpu = best["workers"], best["workers_cpu"]
+    mean = sum(wk) / len(wk)
+    return (f"{name}: metadata for {len(wk)} worker(s) on {openfia.get_num_threads()} thread(s): "
+            f"{plan}. Busy ms per worker {ms(wk)} (CPU {ms(cpu)}; max/mean {max(wk) / mean:.2f}); "
+            f"merge {best['merge'][0] * 1e3:.3f} ms in total; per thread {ms(best['threads'])} "
+            f"(compute + merge); compute phase {best['compute_wall'][0] * 1e3:.3f} ms, merge phase "
+            f"{best['merge_wall'][0] * 1e3:.3f} ms wall (of {reps} calls, the one with the "
+            f"shortest compute phase).")
 
 
 # ---- the workload list -----------------------------------------------------------------------
 
 # name -> (builder, full-size kwargs, demo kwargs). Demo sizes keep the head geometry and the
 # operator features (paging, block-wise indices, MTP, sinks, metadata) and shrink B, N, KV and
-# top-k so that all five rows run in well under a minute on 2 cores on the fp64 reference.
+# top-k so that all five rows run in seconds on 2 cores.
 SPARSE_CASES = {
     "S1": (build_kvqsfa, dict(B=4, S1=1, N=128, topk_tokens=2048, kv_len=32768, page=64, sblock=1),
            dict(B=2, S1=1, N=32, topk_tokens=512, kv_len=4096, page=64, sblock=1)),
@@ -361,5 +405,65 @@ def run_workload(openfia, torch, w, runs, flush, progress):
             progress.step(f"{w.name}: {n} run {r + 1}/{runs}")
     for n in best:
         res[f"t_{n}"] = best[n]
+    if w.report is not None:
+        res["note"] = w.report(res)
     return res
 
+
+
+# ---- SparseAttnSharedkv cost model (docs/sparse_attn_sharedkv.md, "Cost model") ---------------
+
+def sas_cost_model(reps=15, S2=4096, N=64, D=512):
+    """Measures the planner's cost constants on this engine, on one thread, from the engine's own
+    thread CPU time (no validation / canonicalization; robust to other processes of a shared
+    machine): bf16 SCFA decode, N=64, D=512, min over `reps` calls.
+      * unsplit items (B=8 decode tokens: 8 M blocks, no S2 split) with key lists of
+        L = 128 + k2 keys (k2 = 64 .. 960): CPU/8 per item; a (per (query head x key) product)
+        from the two longest lists;
+      * B=1, k2=960: the same 1088 keys as 17 one-tile items (chunks) writing partial states:
+        (compute CPU - one unsplit 1088-key item) / 16 -> b (per extra item, its 64 state rows
+        included); merge CPU over the 17 * N rows -> m (per row merged, epilogue included).
+        (An intercept fitted to the unsplit items alone comes out near 80 us, which this
+        experiment rules out as a per-item cost: it is the AMX kernel's per-key cost growing
+        for short lists, see the docs.)
+    Prints the measurements and returns the constants in picoseconds."""
+    import openfia
+
+    openfia.set_num_threads(1)
+
+    def busy(B, k2):
+        w = build_sas("cost", B=B, S1=1, S2=S2, N=N, D=D, ratio=4, k2=k2, metadata=True)
+        best = None
+        for _ in range(reps):
+            _, _, b = w.busy()
+            if best is None or b["workers_cpu"][0] < best["workers_cpu"][0]:
+                best = b
+        return best
+
+    rows = [(128 + k2, busy(8, k2)["workers_cpu"][0] / 8) for k2 in (64, 192, 448, 960)]
+    (l1, t1), (l2, t2) = rows[-2], rows[-1]
+    a = (t2 - t1) / (N * (l2 - l1))
+    split = busy(1, 960)
+    L, chunks = 128 + 960, (128 + 960 + 63) // 64
+    comp, merge = split["workers_cpu"][0], split["merge_cpu"][0]
+    bb = max(0.0, (comp - t2) / (chunks - 1))
+    m = merge / (chunks * N)
+    for L_, t in rows:
+        print(f"unsplit item, {L_:5d} keys: {t * 1e6:8.2f} us CPU (a*N*L: "
+              f"{a * N * L_ * 1e6:8.2f} us)")
+    print(f"split B=1, {L} keys in {chunks} chunks: compute {comp * 1e6:.1f} us CPU, merge "
+          f"{merge * 1e6:.1f} us CPU")
+    consts = {"ps_per_product": a * 1e12, "ps_per_item": bb * 1e12,
+              "ps_per_merged_row": m * 1e12}
+    print("constants (ps): " + ", ".join(f"{k} {v:.0f}" for k, v in consts.items()))
+    return consts
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--sas-cost-model"]:
+        sas_cost_model()
+    else:
+        print("usage: python -m openfia.bench_sparse --sas-cost-model", file=sys.stderr)
+        sys.exit(2)

@@ -15,6 +15,7 @@ openfia.patch_torch_npu(), torch.ops.custom.* (where DeepSeek-V4 code calls them
 """
 from __future__ import annotations
 
+import inspect
 from typing import Optional, Tuple
 
 import torch
@@ -81,7 +82,8 @@ def npu_sparse_attn_sharedkv_metadata(
 def verify_sparse_attn_sharedkv_metadata(metadata: torch.Tensor, num_heads_q: int,
                                          num_heads_kv: int, head_dim: int, **kwargs) -> None:
     """Raises OpenfiaError unless `metadata` was made for these metadata arguments (same keyword
-    names as npu_sparse_attn_sharedkv_metadata) and covers every work unit exactly once."""
+    names as npu_sparse_attn_sharedkv_metadata) and covers every (work unit, S2 chunk) piece
+    exactly once."""
     kwargs.pop("device", None)
     full = dict(cu_seqlens_q=None, cu_seqlens_ori_kv=None, cu_seqlens_cmp_kv=None, seqused_q=None,
                 seqused_kv=None, batch_size=0, max_seqlen_q=0, max_seqlen_kv=0, ori_topk=0,
@@ -115,24 +117,47 @@ def npu_sparse_attn_sharedkv(
     """Sliding-window + (sparse) compressed attention with sinks; returns (attention_out,
     softmax_lse). softmax_lse is real when return_softmax_lse ([1, T, N1] for TND,
     [B, 1, S1, N1] for BSND), else a one-element 0."""
-    kw = dict(
-        q=_data(q), ori_kv=_data(ori_kv), cmp_kv=_data(cmp_kv),
-        ori_sparse_indices=_index(ori_sparse_indices),
-        cmp_sparse_indices=_index(cmp_sparse_indices), ori_block_table=_index(ori_block_table),
-        cmp_block_table=_index(cmp_block_table), cu_seqlens_q=_index(cu_seqlens_q),
-        cu_seqlens_ori_kv=_index(cu_seqlens_ori_kv), cu_seqlens_cmp_kv=_index(cu_seqlens_cmp_kv),
-        seqused_q=_index(seqused_q), seqused_kv=_index(seqused_kv), sinks=_index(sinks),
-        metadata=_index(metadata),
-        softmax_scale=None if softmax_scale is None else float(softmax_scale),
-        cmp_ratio=None if cmp_ratio is None else int(cmp_ratio),
-        ori_mask_mode=int(ori_mask_mode), cmp_mask_mode=int(cmp_mask_mode),
-        ori_win_left=int(ori_win_left), ori_win_right=int(ori_win_right), layout_q=layout_q,
-        layout_kv=layout_kv, return_softmax_lse=bool(return_softmax_lse))
+    return _run(_convert(locals()))
+
+
+def _convert(a):
+    """The binding's keyword arguments from npu_sparse_attn_sharedkv's (a dict of all of them)."""
+    opt = lambda v, f: None if v is None else f(v)  # noqa: E731
+    return dict(
+        q=_data(a["q"]), ori_kv=_data(a["ori_kv"]), cmp_kv=_data(a["cmp_kv"]),
+        **{k: _index(a[k]) for k in (
+            "ori_sparse_indices", "cmp_sparse_indices", "ori_block_table", "cmp_block_table",
+            "cu_seqlens_q", "cu_seqlens_ori_kv", "cu_seqlens_cmp_kv", "seqused_q", "seqused_kv",
+            "sinks", "metadata")},
+        softmax_scale=opt(a["softmax_scale"], float), cmp_ratio=opt(a["cmp_ratio"], int),
+        **{k: int(a[k]) for k in (
+            "ori_mask_mode", "cmp_mask_mode", "ori_win_left", "ori_win_right")},
+        layout_q=a["layout_q"], layout_kv=a["layout_kv"],
+        return_softmax_lse=bool(a["return_softmax_lse"]))
+
+
+def _run(kw, busy=None):
     spec = _openfia.sas_output_spec(**kw)
     out = torch.empty(spec["attention_out_sizes"], dtype=_DTYPES[spec["attention_out_dtype"]])
     lse = torch.zeros(spec["softmax_lse_sizes"], dtype=torch.float32)
-    _openfia.sas(out, lse, **kw)
+    if busy is None:
+        _openfia.sas(out, lse, **kw)
+    else:
+        busy.update({k: list(v) for k, v in _openfia.sas_busy(out, lse, **kw).items()})
     return out, lse
+
+
+def sparse_attn_sharedkv_busy(q: torch.Tensor, **kwargs):
+    """Benchmarks only: npu_sparse_attn_sharedkv(q, **kwargs) (same keywords) that also returns
+    the engine's busy seconds: (attention_out, softmax_lse, busy) with busy = {"workers": [s per
+    compute worker of the plan (metadata record), wall], "workers_cpu": [the same, thread CPU
+    time], "threads": [s per thread], "merge", "merge_cpu", "compute_wall", "merge_wall": [s]};
+    {} when the call ran on the reference. Only this function times: the public op never does."""
+    bound = inspect.signature(npu_sparse_attn_sharedkv).bind(q, **kwargs)
+    bound.apply_defaults()
+    busy = {}
+    out, lse = _run(_convert(bound.arguments), busy)
+    return out, lse, busy
 
 
 # ---- torch.library registration ----------------------------------------------------------------

@@ -4,14 +4,23 @@
 // convert and forward: tensors arrive through DLPack, every rule is checked by the C++ library.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "openfia/openfia.h"
 #include "tensor_convert.h"
+
+// Defined in src/ops/sparse_attn_sharedkv/sas_op.cc (declared in sas_internal.h, which the
+// bindings cannot include): SparseAttnSharedkv with per-worker busy seconds, for benchmarks.
+namespace openfia::internal {
+std::map<std::string, std::vector<double>> SparseAttnSharedkvBusy(
+    const SasArgs& args, const TensorView& attention_out, const TensorView& softmax_lse);
+}  // namespace openfia::internal
 
 namespace nb = nanobind;
 using openfia::py::Compute;
@@ -132,6 +141,23 @@ void RegisterSas(nb::module_& m) {
       nb::arg("out"), nb::arg("lse").none(), nb::arg("kwargs"),
       "Computes SparseAttnSharedkv into `out` and `lse` (contiguous, sas_output_spec shapes).");
   m.def(
+      "sas_busy",
+      [](nb::handle out, nb::handle lse, const nb::kwargs& kw) {
+        std::map<std::string, std::vector<double>> busy;
+        Compute(
+            BuildSasArgs, kw,
+            [&](const openfia::SasArgs& a, const openfia::TensorView& o,
+                const openfia::TensorView& l) {
+              busy = openfia::internal::SparseAttnSharedkvBusy(a, o, l);
+            },
+            Output{out, "attention_out"}, Output{lse, "softmax_lse"});
+        return busy;
+      },
+      nb::arg("out"), nb::arg("lse").none(), nb::arg("kwargs"),
+      "Benchmarks only: as `sas`, and returns the engine's busy seconds: {'workers': per compute "
+      "record (wall), 'workers_cpu': the same in thread CPU time, 'threads': per thread, "
+      "'merge', 'merge_cpu', 'compute_wall', 'merge_wall': [seconds]}; {} on the reference.");
+  m.def(
       "sas_metadata",
       [](nb::handle out, const nb::kwargs& kw) {
         Compute(BuildSasMetadataArgs, kw, openfia::SparseAttnSharedkvMetadata,
@@ -146,5 +172,5 @@ void RegisterSas(nb::module_& m) {
       },
       nb::arg("metadata"), nb::arg("kwargs"),
       "Raises OpenfiaError unless `metadata` was made for these metadata arguments and covers "
-      "every work unit exactly once.");
+      "every (work unit, S2 chunk) piece exactly once.");
 }

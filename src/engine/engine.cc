@@ -2,9 +2,14 @@
 // epilogue (normalization, sinks, output rounding, int8 post-quantization, lse).
 #include "engine/engine.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
+#include <ctime>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "common/online_softmax.h"
@@ -50,6 +55,28 @@ void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRo
   const int64_t row = p.q_begin[b] + i;
   const int64_t o = b * p.out_sb + h * p.out_sh + row * p.out_ss;
   const bool quant = p.out_elem == Elem::kI8;
+  // Contiguous float / bf16 rows: the same operations per element, in loops the compiler
+  // vectorizes (a row is hundreds of elements; the generic loop below converts one at a time).
+  if (!quant && p.out_sd == 1 && (p.out_elem == Elem::kF32 || p.out_elem == Elem::kBF16)) {
+    const float factor = f.factor, denom = f.denom;
+    if (p.out_elem == Elem::kF32) {
+      float* dst = static_cast<float*>(p.out) + o;
+      for (int64_t d = 0; d < p.d_v; ++d) dst[d] = any ? acc[d] * factor / denom : 0.f;
+    } else {
+      uint16_t* dst = static_cast<uint16_t*>(p.out) + o;
+      for (int64_t d = 0; d < p.d_v; ++d) {
+        const float x = any ? acc[d] * factor / denom : 0.f;
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        // cvt::F32ToBF16 without branches: round to nearest even, NaN stays a quiet NaN.
+        const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+        const uint32_t qnan = (u >> 16) | 0x40u;
+        dst[d] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? qnan : rne);
+      }
+    }
+    if (p.lse) p.lse[b * p.lse_sb + h * p.lse_sh + row * p.lse_ss] = f.lse;
+    return;
+  }
   for (int64_t d = 0; d < p.d_v; ++d) {
     // Full quantization: the kernel already divided by fp16(l) (attend_fullquant-inl.h).
     float x = !any ? 0.f : p.full_quant ? acc[d] : acc[d] * f.factor / f.denom;
@@ -107,46 +134,110 @@ bool EngineSupports(const Problem& p, std::string* why) {
   return w.empty();
 }
 
-void RunEngine(const Problem& p) {
-  const KernelTable& k = ActiveKernels();
-  const Plan plan = MakePlan(p);
-  const int workers = NumWorkers();
-  const int64_t dv_pad = (p.d_v + 15) / 16 * 16;
+namespace {
 
-  // Per-worker scratch and row states; split-KV partial states in a shared workspace.
-  std::vector<std::unique_ptr<ScratchBuffer>> scratch(workers);
-  std::vector<std::vector<float>> states(workers);
-  std::vector<float> split_m(plan.state_rows), split_l(plan.state_rows),
-      split_acc(plan.state_rows * dv_pad);
+// What the items of one RunEngine / RunSchedule call share: kernels, per-worker scratch (made on
+// first use by that worker) and the split workspace.
+class ItemRunner {
+ public:
+  ItemRunner(const Problem& p, int64_t state_rows)
+      : p_(p), k_(ActiveKernels()), dv_pad_((p.d_v + 15) / 16 * 16),
+        scratch_(NumWorkers()), states_(NumWorkers()), split_m_(state_rows),
+        split_l_(state_rows), split_acc_(state_rows * dv_pad_) {}
 
-  ParallelFor(static_cast<int64_t>(plan.items.size()), [&](int64_t idx, int worker) {
-    const WorkItem& w = plan.items[idx];
-    if (!scratch[worker]) {
-      scratch[worker] = std::make_unique<ScratchBuffer>(p);
-      states[worker].assign(kMaxRows * (2 + dv_pad), 0.f);
+  // Attends item w on `worker`; an unsplit item's rows are finished (epilogue), a split item's
+  // partial states stay in the workspace.
+  void Run(const WorkItem& w, int worker) {
+    if (!scratch_[worker]) {
+      scratch_[worker] = std::make_unique<ScratchBuffer>(p_);
+      states_[worker].assign(kMaxRows * (2 + dv_pad_), 0.f);
     }
     const int64_t rows = w.rows(), nq = w.i1 - w.i0;
     RowStates rs;
     if (w.n_split > 1) {
-      rs = {split_m.data() + w.state0, split_l.data() + w.state0,
-            split_acc.data() + w.state0 * dv_pad, dv_pad};
+      rs = {split_m_.data() + w.state0, split_l_.data() + w.state0,
+            split_acc_.data() + w.state0 * dv_pad_, dv_pad_};
     } else {
-      float* st = states[worker].data();
-      rs = {st, st + kMaxRows, st + 2 * kMaxRows, dv_pad};
+      float* st = states_[worker].data();
+      rs = {st, st + kMaxRows, st + 2 * kMaxRows, dv_pad_};
     }
-    k.attend(p, w, scratch[worker]->get(), rs);
+    k_.attend(p_, w, scratch_[worker]->get(), rs);
     if (w.n_split > 1) return;
     for (int64_t r = 0; r < rows; ++r) {
       const SoftmaxRow st{rs.m[r], rs.l[r]};
-      Epilogue(p, w.b, w.hk * p.group() + w.g0 + r / nq, w.i0 + r % nq, st, rs.acc + r * dv_pad);
+      Epilogue(p_, w.b, w.hk * p_.group() + w.g0 + r / nq, w.i0 + r % nq, st,
+               rs.acc + r * dv_pad_);
     }
-  });
+  }
+
+  // Merges the partial states of the rows of `t` and finishes them. Two passes per row: the
+  // common max M over the non-empty splits, then l = sum w_s l_s and acc = sum w_s acc_s with
+  // w_s = exp(m_s - M), both in split order 0, 1, ... (a fixed order of operations, so the result
+  // depends on the states only, never on who computed them). Cheaper than a left fold of
+  // MergeSoftmax: one exp per split and one multiply-add per element.
+  void Merge(const MergeTask& t) {
+    std::vector<float> acc(dv_pad_);
+    const int64_t n = p_.d_v;
+    for (int64_t r = t.r0; r < t.r1; ++r) {
+      SoftmaxRow st;
+      for (int64_t s = 0; s < t.n_split; ++s)
+        st.m = std::fmax(st.m, split_m_[t.state0 + s * t.split_stride + r]);
+      if (!st.empty()) {
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t s = 0; s < t.n_split; ++s) {
+          const int64_t sr = t.state0 + s * t.split_stride + r;
+          // An empty split (m = -inf, l = 0, acc = 0) contributes nothing: skip it (its weight
+          // would be exp(-inf) = 0 anyway, but 0 * acc must not meet a non-finite value).
+          if (split_m_[sr] == -std::numeric_limits<float>::infinity()) continue;
+          const float ws = std::exp(split_m_[sr] - st.m);
+          st.l += ws * split_l_[sr];
+          const float* src = split_acc_.data() + sr * dv_pad_;
+          float* dst = acc.data();
+          for (int64_t d = 0; d < n; ++d) dst[d] += ws * src[d];
+        }
+      }
+      Epilogue(p_, t.b, t.h0 + r % t.heads, t.i0 + r / t.heads, st, acc.data());
+    }
+  }
+
+  const float* split_m() const { return split_m_.data(); }
+  const float* split_l() const { return split_l_.data(); }
+  const float* split_acc() const { return split_acc_.data(); }
+  int64_t dv_pad() const { return dv_pad_; }
+
+ private:
+  const Problem& p_;
+  const KernelTable& k_;
+  const int64_t dv_pad_;
+  std::vector<std::unique_ptr<ScratchBuffer>> scratch_;
+  std::vector<std::vector<float>> states_;
+  std::vector<float> split_m_, split_l_, split_acc_;
+};
+
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
+
+void RunEngine(const Problem& p) {
+  const Plan plan = MakePlan(p);
+  ItemRunner run(p, plan.state_rows);
+  ParallelFor(static_cast<int64_t>(plan.items.size()),
+              [&](int64_t idx, int worker) { run.Run(plan.items[idx], worker); });
 
   if (plan.state_rows == 0) return;
   // Merge the splits of each row group in split order (fixed, so bitwise reproducible).
   std::vector<int64_t> firsts;
   for (int64_t i = 0; i < static_cast<int64_t>(plan.items.size()); ++i)
     if (plan.items[i].n_split > 1 && plan.items[i].split == 0) firsts.push_back(i);
+  const int64_t dv_pad = run.dv_pad();
   ParallelFor(static_cast<int64_t>(firsts.size()), [&](int64_t gi, int) {
     const int64_t first = firsts[gi];
     const WorkItem& w0 = plan.items[first];
@@ -155,14 +246,55 @@ void RunEngine(const Problem& p) {
     for (int64_t r = 0; r < rows; ++r) {
       SoftmaxRow st;
       for (int64_t s = 0; s < w0.n_split; ++s) {
-        const WorkItem& w = plan.items[first + s];
-        const int64_t sr = w.state0 + r;
-        MergeSoftmax(st, acc.data(), SoftmaxRow{split_m[sr], split_l[sr]},
-                     split_acc.data() + sr * dv_pad, p.d_v);
+        const int64_t sr = plan.items[first + s].state0 + r;
+        MergeSoftmax(st, acc.data(), SoftmaxRow{run.split_m()[sr], run.split_l()[sr]},
+                     run.split_acc() + sr * dv_pad, p.d_v);
       }
       Epilogue(p, w0.b, w0.hk * p.group() + w0.g0 + r / nq, w0.i0 + r % nq, st, acc.data());
     }
   });
+}
+
+void RunSchedule(const Problem& p, const Schedule& s, EngineStats* stats) {
+  using Clock = std::chrono::steady_clock;
+  ItemRunner run(p, s.state_rows);
+  const int64_t tasks = static_cast<int64_t>(s.task_begin.size()) - 1;
+  std::mutex merge_mu;  // merge totals are shared by the merge tasks
+  if (stats) {
+    *stats = EngineStats();
+    stats->task_busy_s.assign(std::max<int64_t>(tasks, 0), 0.0);
+    stats->task_cpu_s.assign(std::max<int64_t>(tasks, 0), 0.0);
+    stats->thread_busy_s.assign(NumWorkers(), 0.0);
+  }
+  const Clock::time_point c0 = stats ? Clock::now() : Clock::time_point();
+  ParallelFor(tasks, [&](int64_t t, int worker) {
+    const Clock::time_point t0 = stats ? Clock::now() : Clock::time_point();
+    const double cpu0 = stats ? ThreadCpuSeconds() : 0;
+    for (int64_t i = s.task_begin[t]; i < s.task_begin[t + 1]; ++i) run.Run(s.items[i], worker);
+    if (stats) {  // each task and each worker slot is written by one thread at a time
+      const double busy = Seconds(t0, Clock::now());
+      stats->task_busy_s[t] += busy;
+      stats->task_cpu_s[t] += ThreadCpuSeconds() - cpu0;
+      stats->thread_busy_s[worker] += busy;
+    }
+  });
+  const Clock::time_point c1 = stats ? Clock::now() : Clock::time_point();
+  ParallelFor(static_cast<int64_t>(s.merges.size()), [&](int64_t m, int worker) {
+    const Clock::time_point t0 = stats ? Clock::now() : Clock::time_point();
+    const double cpu0 = stats ? ThreadCpuSeconds() : 0;
+    run.Merge(s.merges[m]);
+    if (stats) {
+      const double busy = Seconds(t0, Clock::now()), cpu = ThreadCpuSeconds() - cpu0;
+      stats->thread_busy_s[worker] += busy;
+      std::lock_guard<std::mutex> lk(merge_mu);
+      stats->merge_busy_s += busy;
+      stats->merge_cpu_s += cpu;
+    }
+  });
+  if (stats) {
+    stats->compute_wall_s = Seconds(c0, c1);
+    stats->merge_wall_s = Seconds(c1, Clock::now());
+  }
 }
 
 }  // namespace openfia::internal

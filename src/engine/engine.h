@@ -1,9 +1,12 @@
 // openfia internal: the flash-attention engine shared by every op.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/problem.h"
+#include "engine/plan.h"
 
 namespace openfia::internal {
 
@@ -11,5 +14,47 @@ namespace openfia::internal {
 bool EngineSupports(const Problem& p, std::string* why);
 // Same contract as RunReference; results are bitwise independent of the thread count.
 void RunEngine(const Problem& p);
+
+// ---- running a caller's schedule (SparseAttnSharedkv executes its metadata this way) ----------
+
+// The merge of split partial states of some rows. Row r (r0 <= r < r1) is query head
+// h0 + r % heads of logical query i0 + r / heads of batch b; its partial state of split s lives
+// at workspace row state0 + s * split_stride + r. The states are merged with weights
+// exp(m_s - max_s m_s), summed in split order 0, 1, ... (empty splits skipped), then normalized
+// and written like an unsplit row: a function of the states alone.
+struct MergeTask {
+  int64_t b = 0, h0 = 0, heads = 1, i0 = 0;
+  int64_t r0 = 0, r1 = 0;
+  int64_t n_split = 1;
+  int64_t state0 = 0, split_stride = 0;
+};
+
+// Items grouped into tasks: task t runs items [task_begin[t], task_begin[t + 1]) in order on one
+// thread (a compute worker of a plan). An item with n_split > 1 writes its partial state to
+// workspace rows [state0, state0 + rows()) for a MergeTask to combine; others are finished in
+// place. The tasks only decide who runs what: every item's result depends on the item alone, and
+// every merge order is fixed by its MergeTask, so results are bitwise independent of the tasks.
+struct Schedule {
+  std::vector<WorkItem> items;
+  std::vector<int64_t> task_begin;  // [tasks + 1], task_begin[0] = 0, last = items.size()
+  int64_t state_rows = 0;           // workspace rows the split items and merges address
+  std::vector<MergeTask> merges;    // run after every task, in parallel with each other
+};
+
+// Optional timing of RunSchedule (pass nullptr for none: then nothing is timed). Busy time is the
+// wall time a thread spends inside a task's items (or a merge task), summed.
+// CPU times (CLOCK_THREAD_CPUTIME_ID) exclude what other processes of a shared machine take.
+struct EngineStats {
+  std::vector<double> task_busy_s;    // [tasks]: per compute worker of the schedule (wall)
+  std::vector<double> task_cpu_s;     // [tasks]: the same in thread CPU time
+  std::vector<double> thread_busy_s;  // [threads]: per pool thread, compute and merge phases
+  double merge_busy_s = 0, merge_cpu_s = 0;  // all merge tasks, summed (wall, CPU)
+  double compute_wall_s = 0;          // wall time of the compute phase
+  double merge_wall_s = 0;            // wall time of the merge phase
+};
+
+// Runs `s` on `p` (which EngineSupports must accept) with up to NumWorkers() threads; tasks are
+// claimed dynamically, so any thread count works and gives bitwise the same result.
+void RunSchedule(const Problem& p, const Schedule& s, EngineStats* stats);
 
 }  // namespace openfia::internal

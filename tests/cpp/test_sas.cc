@@ -3,6 +3,7 @@
 // counts and thread counts. Every test runs on the fp64 reference and on the engine.
 #include <gtest/gtest.h>
 
+#include "ops/sparse_attn_sharedkv/sas_internal.h"
 #include "test_sas_fixture.h"
 
 namespace openfia::sas_test {
@@ -139,8 +140,35 @@ std::vector<uint8_t> Bytes(const SasFixture& f) {
   return v;
 }
 
+// Plans without metadata (made here for the thread count) and with metadata for 1..36 workers,
+// each run on 1..8 threads: bitwise the same output and lse. The split cases (fewer than 4 M
+// blocks) cut the key lists into S2 chunks whose partial states the reduce records merge.
+void ExpectBitwiseInvariant(SasFixture& f) {
+  SasArgs a = f.Build();
+  SetNumThreads(1);
+  f.Run(a);
+  const std::vector<uint8_t> base = Bytes(f);
+  f.ExpectMatchesOracle(kEpsF32);
+  for (int threads : {2, 3, 8}) {  // no metadata: the plan is made for the thread count
+    SetNumThreads(threads);
+    f.Run(a);
+    ASSERT_EQ(Bytes(f), base) << "no metadata, threads " << threads;
+  }
+  std::vector<int32_t> meta(kSasMetadataWords);
+  for (int64_t workers : {1, 2, 5, 36}) {
+    SasMetadataArgs m = f.MetaArgs(workers);
+    SparseAttnSharedkvMetadata(m, TensorView(meta.data(), DType::kInt32, {kSasMetadataWords}));
+    a.metadata = TensorView(meta.data(), DType::kInt32, {kSasMetadataWords});
+    for (int threads : {1, 3, 8}) {
+      SetNumThreads(threads);
+      f.Run(a);
+      ASSERT_EQ(Bytes(f), base) << "workers " << workers << " threads " << threads;
+    }
+  }
+}
+
 TEST_P(SasTest, BitwiseIdenticalForAnyMetadataWorkersAndThreads) {
-  for (int64_t k2 : {0, 7}) {
+  for (int64_t k2 : {0, 7}) {  // 9 or more M blocks: no S2 split
     SasFixture f;
     f.tnd = true;
     f.q_len = {9, 0, 30, 4};
@@ -149,23 +177,76 @@ TEST_P(SasTest, BitwiseIdenticalForAnyMetadataWorkersAndThreads) {
     f.k2 = k2;
     f.n1 = 64;  // CFA: 4 tokens per M block
     f.d = 4;
-    SasArgs a = f.Build();
-    SetNumThreads(1);
-    f.Run(a);
-    const std::vector<uint8_t> base = Bytes(f);
-    f.ExpectMatchesOracle(kEpsF32);
-    std::vector<int32_t> meta(kSasMetadataWords);
-    for (int64_t workers : {1, 2, 5, 36}) {
-      SasMetadataArgs m = f.MetaArgs(workers);
-      SparseAttnSharedkvMetadata(m, TensorView(meta.data(), DType::kInt32, {kSasMetadataWords}));
-      a.metadata = TensorView(meta.data(), DType::kInt32, {kSasMetadataWords});
-      for (int threads : {1, 3, 8}) {
-        SetNumThreads(threads);
-        f.Run(a);
-        ASSERT_EQ(Bytes(f), base) << "workers " << workers << " threads " << threads;
-      }
-    }
+    ExpectBitwiseInvariant(f);
   }
+  {  // B = 1 decode, SCFA: 128 + 300 keys = 7 one-tile chunks (lists may end early at a -1)
+    SasFixture f;
+    f.q_len = {1};
+    f.kv_len = {2000};
+    f.ratio = 4;
+    f.k2 = 300;
+    f.n1 = 64;
+    f.d = 8;
+    ExpectBitwiseInvariant(f);
+  }
+  {  // 3 decode tokens, SCFA, of different lengths (chunk counts 5, 3, 1 tile)
+    SasFixture f;
+    f.tnd = true;
+    f.q_len = {1, 1, 1};
+    f.kv_len = {1100, 400, 30};
+    f.ratio = 4;
+    f.k2 = 200;
+    f.n1 = 16;
+    f.d = 8;
+    f.seed = 7;
+    ExpectBitwiseInvariant(f);
+  }
+  {  // CFA with 2 M blocks of several tokens each (query-major unit rows), one batch empty
+    SasFixture f;
+    f.tnd = true;
+    f.q_len = {3, 0, 2};
+    f.kv_len = {900, 0, 700};
+    f.ratio = 4;
+    f.n1 = 64;
+    f.d = 4;
+    f.seed = 9;
+    ExpectBitwiseInvariant(f);
+  }
+}
+
+TEST_P(SasTest, BusyStatsHookTimesEveryPlannedWorkerAndChangesNothing) {
+  // B = 1 decode split over 3 workers (7 one-tile chunks): one busy time per compute record,
+  // the merge timed, the same bytes as the untimed call; on the reference no engine timing.
+  SasFixture f;
+  f.q_len = {1};
+  f.kv_len = {2000};
+  f.ratio = 4;
+  f.k2 = 300;
+  f.n1 = 64;
+  f.d = 8;
+  SasArgs a = f.Build();
+  std::vector<int32_t> meta(kSasMetadataWords);
+  SparseAttnSharedkvMetadata(f.MetaArgs(3),
+                             TensorView(meta.data(), DType::kInt32, {kSasMetadataWords}));
+  a.metadata = TensorView(meta.data(), DType::kInt32, {kSasMetadataWords});
+  SetNumThreads(2);
+  f.Run(a);
+  const std::vector<uint8_t> plain = Bytes(f);
+  const auto busy = internal::SparseAttnSharedkvBusy(
+      a, TensorView(f.outbuf.data(), f.dtype, {1, 1, f.n1, f.d}),
+      TensorView(f.lsebuf.data(), DType::kFloat32, {1, 1, 1, f.n1}));
+  EXPECT_EQ(Bytes(f), plain);
+  if (GetParam() == Impl::kReference) {
+    EXPECT_TRUE(busy.empty());
+    return;
+  }
+  ASSERT_EQ(busy.at("workers").size(), 3u);
+  ASSERT_EQ(busy.at("workers_cpu").size(), 3u);
+  for (double t : busy.at("workers")) EXPECT_GT(t, 0.0);
+  EXPECT_EQ(busy.at("threads").size(), 2u);
+  EXPECT_GT(busy.at("merge")[0], 0.0);  // the split rows were merged
+  EXPECT_GE(busy.at("compute_wall")[0], *std::max_element(busy.at("workers").begin(),
+                                                          busy.at("workers").end()));
 }
 
 TEST_P(SasTest, AutoRunsTheEngine) {

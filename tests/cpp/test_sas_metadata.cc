@@ -32,17 +32,19 @@ SasConfig RandomConfig(std::mt19937& rng) {
   return c;
 }
 
-// Units each enabled record covers, recomputed from the raw words (independent of Linear()).
+// Pieces each enabled record covers, recomputed from the raw words (independent of Linear()).
 std::vector<int> CoverCount(const SasConfig& c, const std::vector<int32_t>& w) {
   const SasUnits u = SasWorkUnits(c);
-  std::vector<int> count(u.total(), 0);
+  std::vector<int> count(u.pieces(), 0);
   for (int64_t core = 0; core < kSasMaxWorkers; ++core) {
     const int32_t* r = &w[core * kSasRecordWords];
     if (!r[kCoreEnable]) continue;
-    auto lin = [&](int32_t bn2, int32_t m) {
-      return bn2 == c.batch ? u.total() : u.begin[bn2] + m;
+    auto lin = [&](int32_t bn2, int32_t m, int32_t s2) {
+      return bn2 == c.batch ? u.pieces() : u.piece_begin[u.begin[bn2] + m] + s2;
     };
-    for (int64_t k = lin(r[kBn2Start], r[kMStart]); k < lin(r[kBn2End], r[kMEnd]); ++k) ++count[k];
+    for (int64_t k = lin(r[kBn2Start], r[kMStart], r[kS2Start]);
+         k < lin(r[kBn2End], r[kMEnd], r[kS2End]); ++k)
+      ++count[k];
   }
   return count;
 }
@@ -56,27 +58,32 @@ TEST(SasPlan, CoversEveryUnitExactlyOnceBalancedAndDeterministic) {
     ASSERT_EQ(w, PlanSas(c, workers));
     for (int n : CoverCount(c, w)) ASSERT_EQ(n, 1) << "iter " << iter;
     const std::vector<SasWorkerRange> ranges = VerifySasPlan(c, w.data());
-    // Enabled records are the first ones, in unit order, each non-empty.
+    // Enabled records are the first ones, in piece order, each non-empty.
     int64_t next = 0;
     for (size_t k = 0; k < ranges.size(); ++k) {
       EXPECT_EQ(w[k * kSasRecordWords + kCoreEnable], 1);
-      EXPECT_EQ(ranges[k].unit_begin, next);
-      next = ranges[k].unit_end;
+      EXPECT_EQ(ranges[k].piece_begin, next);
+      next = ranges[k].piece_end;
     }
     ASSERT_LE(int64_t(ranges.size()), workers);
-    // Balance: no worker exceeds the ideal share by more than one unit's cost.
+    // Balance: no worker exceeds the ideal share by more than one piece's cost.
     const SasUnits u = SasWorkUnits(c);
-    const std::vector<int64_t> cost = SasUnitCosts(c, u);
-    int64_t total = 0, max_unit = 0;
-    for (int64_t x : cost) total += x, max_unit = std::max(max_unit, x);
+    const std::vector<int64_t> cost = SasPieceCosts(c, u);
+    int64_t total = 0, max_piece = 0;
+    for (int64_t x : cost) total += x, max_piece = std::max(max_piece, x);
     for (const SasWorkerRange& r : ranges) {
       int64_t mine = 0;
-      for (int64_t k = r.unit_begin; k < r.unit_end; ++k) mine += cost[k];
-      EXPECT_LE(mine, (total + workers - 1) / workers + max_unit) << "iter " << iter;
+      for (int64_t k = r.piece_begin; k < r.piece_end; ++k) mine += cost[k];
+      EXPECT_LE(mine, (total + workers - 1) / workers + max_piece) << "iter " << iter;
     }
-    // Enough units: every worker gets some.
-    if (u.total() >= workers * 4 && max_unit * workers <= total / 2)
+    // Enough pieces: every worker gets some.
+    if (u.pieces() >= workers * 4 && max_piece * workers <= total / 2)
       EXPECT_EQ(int64_t(ranges.size()), workers) << "iter " << iter;
+    // The S2 grid: whole tiles, split only with few units, never depending on the workers.
+    for (int64_t x = 0; x < u.total(); ++x) {
+      EXPECT_EQ(u.chunk_keys[x] % kSasTileKeys, 0);
+      if (u.total() >= kSasSplitBelowUnits) EXPECT_EQ(u.chunks[x], 1);
+    }
   }
 }
 
@@ -156,17 +163,18 @@ TEST(SasVerify, RejectsEveryCorruption) {
                  }),
                  "covered twice");
   ExpectRejected(c, mutate([&](auto& w) { w[kCoreEnable] = 2; }), "CORE_ENABLE");
-  ExpectRejected(c, mutate([&](auto& w) { w[kS2End] = 1; }), "S2 cursors");
-  ExpectRejected(c, mutate([&](auto& w) { w[kFirstFdWorkspaceIdx] = 3; }), "S2 cursors");
+  ExpectRejected(c, mutate([&](auto& w) { w[kS2End] = 1; }), "name (unit, S2 chunk) pieces");
+  ExpectRejected(c, mutate([&](auto& w) { w[kFirstFdWorkspaceIdx] = 3; }),
+                 "FIRST_FD_DATA_WORKSPACE_IDX");
   ExpectRejected(c, mutate([&](auto& w) { w[kSasReduceBase + 5] = 1; }), "reduce records");
   ExpectRejected(c, mutate([&](auto& w) { w[kSasSnapshotBase] = 0; }), "no openfia");
   ExpectRejected(c, mutate([&](auto& w) { w[1023] = 9; }), "unused words");
-  ExpectRejected(c, mutate([&](auto& w) { w[kMEnd] = 99; }), "name work units");
-  ExpectRejected(c, mutate([&](auto& w) { w[kBn2End] = 7; }), "name work units");
+  ExpectRejected(c, mutate([&](auto& w) { w[kMEnd] = 99; }), "name (unit, S2 chunk) pieces");
+  ExpectRejected(c, mutate([&](auto& w) { w[kBn2End] = 7; }), "name (unit, S2 chunk) pieces");
   ExpectRejected(c, mutate([&](auto& w) {
                    w[kBn2End] = w[kBn2Start], w[kMEnd] = w[kMStart];
                  }),
-                 "at least one work unit");
+                 "at least one piece");
   ExpectRejected(c, mutate([&](auto& w) { w[30 * kSasRecordWords + kMEnd] = 1; }),
                  "idle compute record");
   ExpectRejected(c, mutate([&](auto& w) {
@@ -187,6 +195,57 @@ TEST(SasVerify, RejectsEveryCorruption) {
   EXPECT_NO_THROW(VerifySasPlan(c, swapped.data()));
   // Any worker count made for the same configuration is fine.
   for (int64_t workers : {1, 7, 36}) EXPECT_NO_THROW(VerifySasPlan(c, PlanSas(c, workers).data()));
+}
+
+TEST(SasPlan, SmallBatchDecodeSplitsS2OnAFixedGrid) {
+  // V3: B = 1 decode, SCFA 512 of 2048 compressed entries + the 128-token window = 640 keys:
+  // ten one-tile chunks, whatever the worker count; the merge of the 64 rows in 4 reduce records.
+  SasConfig c;
+  c.batch = 1, c.n1 = 64, c.d = 512, c.has_cmp = true, c.cmp_ratio = 4, c.cmp_topk = 512;
+  c.q_len = {1}, c.kv_len = {8192};
+  const SasUnits u = SasWorkUnits(c);
+  ASSERT_EQ(u.total(), 1);
+  EXPECT_EQ(u.chunks[0], 10);
+  EXPECT_EQ(u.chunk_keys[0], 64);
+  EXPECT_EQ(u.state_rows, 640);
+  for (int64_t workers : {1, 2, 3, 10, 36}) {
+    const std::vector<int32_t> w = PlanSas(c, workers);
+    const std::vector<SasWorkerRange> r = VerifySasPlan(c, w.data());
+    // Equal-cost pieces: every worker (up to the 10 pieces) gets work, within one piece.
+    ASSERT_EQ(int64_t(r.size()), std::min<int64_t>(workers, 10)) << workers;
+    for (const SasWorkerRange& x : r) {
+      EXPECT_GE(x.piece_end - x.piece_begin, 10 / std::min<int64_t>(workers, 10)) << workers;
+      EXPECT_LE(x.piece_end - x.piece_begin, (9 + workers) / workers) << workers;
+    }
+    for (int64_t v = 0; v < 4; ++v) {
+      const int32_t* fd = &w[kSasReduceBase + v * kSasRecordWords];
+      EXPECT_EQ(fd[kFdEnable], 1);
+      EXPECT_EQ(fd[kFdWorkspaceIdx], 0);
+      EXPECT_EQ(fd[kFdWorkspaceNum], 10);
+      EXPECT_EQ(fd[kFdMStart], 16 * v);
+      EXPECT_EQ(fd[kFdMNum], 16);
+    }
+    EXPECT_EQ(w[kSasReduceBase + 4 * kSasRecordWords + kFdEnable], 0);
+  }
+  // Two workers: pieces [0, 5) and [5, 10) = cursors (0,0,0)..(0,0,5)..(1,0,0).
+  const std::vector<int32_t> w = PlanSas(c, 2);
+  EXPECT_EQ(w[kS2Start], 0);
+  EXPECT_EQ(w[kS2End], 5);
+  EXPECT_EQ(w[kSasRecordWords + kS2Start], 5);
+  EXPECT_EQ(w[kSasRecordWords + kFirstFdWorkspaceIdx], 5);
+  EXPECT_EQ(w[kSasRecordWords + kBn2End], 1);
+  auto bad = w;
+  bad[kS2End] = 11;  // past the unit's chunks
+  ExpectRejected(c, bad, "name (unit, S2 chunk) pieces");
+  bad = w;
+  bad[kSasReduceBase + kFdWorkspaceNum] = 9;
+  ExpectRejected(c, bad, "reduce records");
+  bad = w;
+  bad[kS2End] = 4;  // piece 4 covered by nobody
+  ExpectRejected(c, bad, "not covered");
+  // A batch of 4 units is not split (kSasSplitBelowUnits).
+  c.batch = 4, c.q_len.assign(4, 1), c.kv_len.assign(4, 8192);
+  EXPECT_EQ(SasWorkUnits(c).pieces(), 4);
 }
 
 // ---- the public op -------------------------------------------------------------------------

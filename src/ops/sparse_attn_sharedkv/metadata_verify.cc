@@ -2,8 +2,9 @@
 //
 // The NPU trusts its metadata; a stale one (made for other sequence lengths) silently computes
 // the wrong rows or reads past a batch. Here a plan is accepted only if its snapshot names the
-// same configuration and its compute records tile the work units exactly once; any worker count
-// 1..36 and any order of the records is fine, because the plan only distributes work.
+// same configuration, its compute records tile the (unit, S2 chunk) pieces exactly once and its
+// reduce records are those of the configuration's S2 grid; any worker count 1..36 and any order
+// of the compute records is fine, because they only distribute work.
 #include <algorithm>
 #include <string>
 
@@ -37,18 +38,24 @@ const char* SnapshotFieldName(int64_t k) {
     case kSnapTotalQ: return "total query tokens";
     case kSnapLenHashLo:
     case kSnapLenHashHi: return "per-batch query/KV lengths (hash)";
+    case kSnapPieces: return "number of (unit, S2 chunk) pieces";
+    case kSnapSlots: return "number of split-KV workspace slots";
     default: return "snapshot word";
   }
 }
 
-// Cursor (bn2, m) -> unit index, or -1 when it names no unit boundary.
-int64_t Linear(const SasConfig& c, const SasUnits& u, int64_t bn2, int64_t m) {
+// Cursor (bn2, m, s2) -> piece index, or -1 when it names no piece boundary. (bn2, units of b,
+// 0) names the start of the next batch's first unit, as the NPU's end cursors do.
+int64_t Linear(const SasConfig& c, const SasUnits& u, int64_t bn2, int64_t m, int64_t s2) {
   const int64_t bn2_total = c.batch * c.n2;
-  if (bn2 < 0 || bn2 > bn2_total || m < 0) return -1;
-  if (bn2 == bn2_total) return m == 0 ? u.total() : -1;
+  if (bn2 < 0 || bn2 > bn2_total || m < 0 || s2 < 0) return -1;
+  if (bn2 == bn2_total) return m == 0 && s2 == 0 ? u.pieces() : -1;
   const int64_t b = bn2 / c.n2;
   const int64_t units_b = u.begin[b + 1] - u.begin[b];
-  return m <= units_b ? u.begin[b] + m : -1;
+  if (m == units_b) return s2 == 0 ? u.piece_begin[u.begin[b + 1]] : -1;
+  if (m > units_b) return -1;
+  const int64_t unit = u.begin[b] + m;
+  return s2 < u.chunks[unit] ? u.piece_begin[unit] + s2 : -1;
 }
 
 }  // namespace
@@ -74,10 +81,12 @@ std::vector<SasWorkerRange> VerifySasPlan(const SasConfig& c, const int32_t* wor
     Bad(Str("planned worker count must be in [1, ", kSasMaxWorkers, "]"), Str(workers));
   for (int64_t w = kSasSnapshotBase + kSnapCount; w < kSasMetadataWords; ++w)
     if (words[w] != 0) Bad("unused words must be 0", Str("word ", w, " = ", words[w]));
+  // The reduce records follow from the S2 grid, i.e. from the configuration alone.
+  const std::vector<int32_t> reduce = SasReduceRecords(c, u);
   for (int64_t w = kSasReduceBase; w < kSasSnapshotBase; ++w)
-    if (words[w] != 0)
-      Bad("reduce records must be disabled (work is never split along S2)",
-          Str("word ", w, " = ", words[w]));
+    if (words[w] != reduce[w - kSasReduceBase])
+      Bad("reduce records must be those of this configuration's S2 split",
+          Str("word ", w, " = ", words[w], ", expected ", reduce[w - kSasReduceBase]));
 
   std::vector<SasWorkerRange> ranges;
   for (int64_t core = 0; core < kSasMaxWorkers; ++core) {
@@ -93,37 +102,36 @@ std::vector<SasWorkerRange> VerifySasPlan(const SasConfig& c, const int32_t* wor
     if (core >= workers)
       Bad(Str("only the first ", workers, " compute records may be enabled"),
           Str("core ", core));
-    if (rec[kS2Start] != 0 || rec[kS2End] != 0 || rec[kFirstFdWorkspaceIdx] != 0)
-      Bad("S2 cursors and FIRST_FD_DATA_WORKSPACE_IDX must be 0 (no split along S2)",
-          Str("core ", core, ": ", rec[kS2Start], ", ", rec[kS2End], ", ",
-              rec[kFirstFdWorkspaceIdx]));
-    const int64_t lo = Linear(c, u, rec[kBn2Start], rec[kMStart]);
-    const int64_t hi = Linear(c, u, rec[kBn2End], rec[kMEnd]);
+    const int64_t lo = Linear(c, u, rec[kBn2Start], rec[kMStart], rec[kS2Start]);
+    const int64_t hi = Linear(c, u, rec[kBn2End], rec[kMEnd], rec[kS2End]);
     if (lo < 0 || hi < 0)
-      Bad("compute cursors must name work units of this configuration",
-          Str("core ", core, ": (", rec[kBn2Start], ", ", rec[kMStart], ") .. (", rec[kBn2End],
-              ", ", rec[kMEnd], ")"));
+      Bad("compute cursors must name (unit, S2 chunk) pieces of this configuration",
+          Str("core ", core, ": (", rec[kBn2Start], ", ", rec[kMStart], ", ", rec[kS2Start],
+              ") .. (", rec[kBn2End], ", ", rec[kMEnd], ", ", rec[kS2End], ")"));
     if (lo >= hi)
-      Bad("an enabled compute record must cover at least one work unit",
-          Str("core ", core, ": units [", lo, ", ", hi, ")"));
+      Bad("an enabled compute record must cover at least one piece",
+          Str("core ", core, ": pieces [", lo, ", ", hi, ")"));
+    if (rec[kFirstFdWorkspaceIdx] != SasSlotsBefore(u, lo))
+      Bad("FIRST_FD_DATA_WORKSPACE_IDX must be the workspace slots of the pieces before the start",
+          Str("core ", core, ": ", rec[kFirstFdWorkspaceIdx], ", expected ", SasSlotsBefore(u, lo)));
     ranges.push_back({lo, hi});
   }
   std::vector<SasWorkerRange> sorted = ranges;
   std::sort(sorted.begin(), sorted.end(),
             [](const SasWorkerRange& a, const SasWorkerRange& b) {
-              return a.unit_begin < b.unit_begin;
+              return a.piece_begin < b.piece_begin;
             });
   int64_t next = 0;
   for (const SasWorkerRange& r : sorted) {
-    if (r.unit_begin != next)
-      Bad("compute records must cover every work unit exactly once",
-          r.unit_begin > next ? Str("units [", next, ", ", r.unit_begin, ") are not covered")
-                              : Str("units [", r.unit_begin, ", ", next, ") are covered twice"));
-    next = r.unit_end;
+    if (r.piece_begin != next)
+      Bad("compute records must cover every piece exactly once",
+          r.piece_begin > next ? Str("pieces [", next, ", ", r.piece_begin, ") are not covered")
+                               : Str("pieces [", r.piece_begin, ", ", next, ") are covered twice"));
+    next = r.piece_end;
   }
-  if (next != u.total())
-    Bad("compute records must cover every work unit exactly once",
-        Str("units [", next, ", ", u.total(), ") are not covered"));
+  if (next != u.pieces())
+    Bad("compute records must cover every piece exactly once",
+        Str("pieces [", next, ", ", u.pieces(), ") are not covered"));
   return ranges;
 }
 

@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "common/problem.h"
+#include "engine/engine.h"
 #include "openfia/sparse_attn_sharedkv.h"
 
 namespace openfia::internal {
@@ -52,27 +55,66 @@ enum SasRecordWord : int64_t {
   kBn2End = 4, kMEnd = 5, kS2End = 6,
   kFirstFdWorkspaceIdx = 7,
 };
+// Reduce (FlashDecode) record words (offsets from kSasReduceBase + 8 * v).
+enum SasReduceWord : int64_t {
+  kFdEnable = 0, kFdBn2 = 1, kFdM = 2, kFdWorkspaceIdx = 3, kFdWorkspaceNum = 4,
+  kFdMStart = 5, kFdMNum = 6,
+};
 // Snapshot words (offsets from kSasSnapshotBase).
 enum SasSnapshotWord : int64_t {
   kSnapMagic = 0, kSnapVersion, kSnapBatch, kSnapN1, kSnapN2, kSnapD, kSnapLayoutQ,
   kSnapHasCmp, kSnapCmpRatio, kSnapCmpTopk, kSnapOriMaskMode, kSnapCmpMaskMode,
   kSnapOriWinLeft, kSnapOriWinRight, kSnapTokensPerBlock, kSnapUnits, kSnapWorkers,
-  kSnapTotalQ, kSnapLenHashLo, kSnapLenHashHi, kSnapCount
+  kSnapTotalQ, kSnapLenHashLo, kSnapLenHashHi, kSnapPieces, kSnapSlots, kSnapCount
 };
 inline constexpr int32_t kSasMagic = 0x4F465341;  // "OFSA"
-inline constexpr int32_t kSasSnapshotVersion = 1;
+inline constexpr int32_t kSasSnapshotVersion = 2;  // 2: S2 chunk grid and reduce records
+
+// Key-list positions per S2 tile of the engine: chunk boundaries are multiples of it.
+inline constexpr int64_t kSasTileKeys = 64;
+// Units (M blocks) below which the S2 axis is split, and the number of pieces then aimed at.
+inline constexpr int64_t kSasSplitBelowUnits = 4;
+inline constexpr int64_t kSasSplitTarget = kSasMaxWorkers;
+// Rows per reduce record (at most; fewer records when 72 would not suffice).
+inline constexpr int64_t kSasReduceRows = 16;
 
 // Work units are (bn2, m): M blocks of tokens_per_block query tokens (x group heads) of one batch,
 // numbered in (bn2, m) order. begin[b] is the first unit of batch b; begin[batch] the total.
+//
+// Each unit's key lists are cut on a fixed grid into `chunks[u]` S2 chunks of chunk_keys[u]
+// list positions (the last one takes the rest); the grid depends on the configuration only
+// (sequence lengths, never the indices or the worker count), so every chunk's partial state is
+// computed the same way whoever runs it. A piece is one (unit, chunk); pieces are numbered
+// unit-major. A unit with chunks > 1 ("split") keeps each chunk's partial states in workspace
+// slot rows [slot_row0[u] + s * rows(u), + rows(u)) for chunk s; they are merged in chunk order.
 struct SasUnits {
   int64_t tokens_per_block = 1;
-  std::vector<int64_t> begin;  // [batch + 1]
+  int64_t group = 1;
+  std::vector<int64_t> begin;        // [batch + 1]
+  std::vector<int64_t> batch_of;     // [units]
+  std::vector<int64_t> tokens;       // [units] query tokens of the unit
+  std::vector<int64_t> chunks;       // [units] >= 1
+  std::vector<int64_t> chunk_keys;   // [units] multiple of kSasTileKeys
+  std::vector<int64_t> piece_begin;  // [units + 1]
+  std::vector<int64_t> slot_begin;   // [units + 1] workspace slots (split chunks) before unit u
+  std::vector<int64_t> slot_row0;    // [units] first workspace row of a split unit, else -1
+  int64_t state_rows = 0;
   int64_t total() const { return begin.back(); }
+  int64_t pieces() const { return piece_begin.back(); }
+  int64_t slots() const { return slot_begin.back(); }
+  int64_t rows(int64_t u) const { return tokens[u] * group; }
+  int64_t UnitOfPiece(int64_t piece) const;  // the unit holding `piece` (< pieces())
 };
 SasUnits SasWorkUnits(const SasConfig& config);
 
-// Cost of each unit in the cost model of docs/sparse_attn_sharedkv.md ("key-row products").
-std::vector<int64_t> SasUnitCosts(const SasConfig& config, const SasUnits& units);
+// Workspace slots written by the pieces before `piece` (FIRST_FD_DATA_WORKSPACE_IDX of a compute
+// record starting there: the slot its first split piece writes).
+int64_t SasSlotsBefore(const SasUnits& units, int64_t piece);
+
+// Cost model (docs/sparse_attn_sharedkv.md, "Cost model"; measured on this engine), in units of
+// 100 ps per piece: per (query head x key) product and per engine item (one query token x its
+// heads x the chunk, with its epilogue or partial-state write).
+std::vector<int64_t> SasPieceCosts(const SasConfig& config, const SasUnits& units);
 
 // The int32[1024] plan for `num_workers` (1..36) compute workers, with the snapshot.
 std::vector<int32_t> PlanSas(const SasConfig& config, int64_t num_workers);
@@ -85,21 +127,48 @@ int64_t SasDefaultWorkers();
 std::vector<int32_t> SasSnapshot(const SasConfig& config, const SasUnits& units,
                                  int64_t num_workers);
 
+// The reduce records [kSasReduceBase, kSasSnapshotBase) of `units` (configuration only): per
+// split unit, in unit order, its rows in parts of at most kSasReduceRows (fewer parts when 72
+// records would not suffice), each naming the unit's first workspace slot and chunk count.
+std::vector<int32_t> SasReduceRecords(const SasConfig& config, const SasUnits& units);
+
 // ---- verification (metadata_verify.cc) -----------------------------------------------------
 
-// A compute worker's units [unit_begin, unit_end).
+// A compute worker's pieces [piece_begin, piece_end) (unit-major (unit, S2 chunk) order).
 struct SasWorkerRange {
-  int64_t unit_begin = 0, unit_end = 0;
+  int64_t piece_begin = 0, piece_end = 0;
 };
 
-// Checks the snapshot against `config` and that the enabled compute records tile every work unit
-// exactly once; returns their ranges in record order. Throws openfia::Error naming `metadata`.
+// Checks the snapshot against `config`, that the enabled compute records tile every piece exactly
+// once (with the right FIRST_FD_DATA_WORKSPACE_IDX) and that the reduce records are those of the
+// configuration's S2 grid; returns the compute ranges in record order. Throws openfia::Error
+// naming `metadata`.
 std::vector<SasWorkerRange> VerifySasPlan(const SasConfig& config, const int32_t* words);
 
 // The tensor form every metadata argument must have: present (else the rule `provided_rule`),
 // int32, shape [kSasMetadataWords], contiguous with a non-null pointer. Shared by
 // SparseAttnSharedkvMetadata (its output), VerifySasMetadata and SparseAttnSharedkv's input.
 void CheckSasMetadataTensor(const TensorView& metadata, const char* provided_rule);
+
+// ---- execution (sas_op.cc) -----------------------------------------------------------------
+
+// The engine schedule of a verified plan: one task per compute record (its pieces' items: per
+// query token and S2 chunk, the token's heads over the chunk's list positions), one merge per
+// reduce record. N2 = 1 (validated), so a unit's rows are its tokens x G heads.
+Schedule SasSchedule(const Problem& p, const SasConfig& config, const SasUnits& units,
+                     const std::vector<SasWorkerRange>& ranges, const int32_t* words);
+
+// SparseAttnSharedkv with optional engine timing (`stats` null: none; no timing on the reference).
+void RunSas(const SasArgs& args, const TensorView& attention_out, const TensorView& softmax_lse,
+            EngineStats* stats);
+
+// For benchmarks (python/src/bindings_sas.cc redeclares it: the bindings see only include/):
+// runs the op like SparseAttnSharedkv with engine timing (EngineStats): "workers" /
+// "workers_cpu" (each compute record's busy wall / CPU seconds), "threads" (each thread's busy
+// seconds), "merge" / "merge_cpu" (all merges), "compute_wall" / "merge_wall" (the phases).
+// Empty when the reference ran.
+std::map<std::string, std::vector<double>> SparseAttnSharedkvBusy(
+    const SasArgs& args, const TensorView& attention_out, const TensorView& softmax_lse);
 
 // Reads element i of a 1-D integer tensor (int32 or int64) through its stride.
 int64_t ReadIndex(const TensorView& t, int64_t i);

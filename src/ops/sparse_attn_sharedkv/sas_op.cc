@@ -1,19 +1,25 @@
 // openfia: SparseAttnSharedkv entry points: validate (metadata included) -> pre-fill ->
-// canonicalize -> dispatch like FIA: the engine where EngineSupports says yes, else the reference.
+// canonicalize -> the engine where EngineSupports says yes (kAuto, kEngine), else the reference.
 //
-// The plan (the caller's metadata, or one made here for the thread count) distributes the
-// reference's work: each compute record's units, i.e. contiguous runs of whole query tokens, are
-// computed by one task. Rows are independent in the reference, so the result is bitwise the same
-// for every plan and every thread count.
+// The plan (the caller's metadata, or one made here for the thread count) is executed: each
+// compute record is one engine task whose items are its pieces' (query token, S2 chunk) slices of
+// the key lists; the split units' partial states are merged by the reduce records, chunk by chunk
+// in order. The S2 grid depends on the configuration only (metadata_plan.cc), each item on its
+// piece only, so output and lse are bitwise the same for every plan and every thread count. The
+// reference computes whole units (rows are independent there): each record the units whose first
+// piece it holds.
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "common/check.h"
 #include "common/dispatch.h"
+#include "engine/engine.h"
 #include "openfia/runtime.h"
 #include "openfia/sparse_attn_sharedkv.h"
 #include "ops/sparse_attn_sharedkv/sas_internal.h"
@@ -46,15 +52,23 @@ internal::Problem Slice(const internal::Problem& full, const internal::SasUnits&
   return p;
 }
 
-// Runs the reference once per compute range on up to GetNumThreads() threads.
-void RunReferenceByPlan(const internal::Problem& p, const internal::SasConfig& c,
+// Runs the reference once per compute record on up to GetNumThreads() threads: the units whose
+// first piece the record holds.
+void RunReferenceByPlan(const internal::Problem& p, const internal::SasUnits& u,
                         const std::vector<internal::SasWorkerRange>& ranges) {
-  const internal::SasUnits u = internal::SasWorkUnits(c);
-  const int64_t threads =
-      std::min<int64_t>(std::max(1, GetNumThreads()), static_cast<int64_t>(ranges.size()));
+  std::vector<std::pair<int64_t, int64_t>> unit_ranges;
+  for (const internal::SasWorkerRange& r : ranges) {
+    const auto first = [&](int64_t piece) {
+      return std::lower_bound(u.piece_begin.begin(), u.piece_begin.end() - 1, piece) -
+             u.piece_begin.begin();
+    };
+    const int64_t u0 = first(r.piece_begin), u1 = first(r.piece_end);
+    if (u0 < u1) unit_ranges.push_back({u0, u1});
+  }
+  const int64_t threads = std::min<int64_t>(std::max(1, GetNumThreads()),
+                                            static_cast<int64_t>(unit_ranges.size()));
   if (threads <= 1) {
-    for (const internal::SasWorkerRange& r : ranges)
-      internal::RunReference(Slice(p, u, r.unit_begin, r.unit_end));
+    for (const auto& r : unit_ranges) internal::RunReference(Slice(p, u, r.first, r.second));
     return;
   }
   std::atomic<size_t> next{0};
@@ -62,8 +76,8 @@ void RunReferenceByPlan(const internal::Problem& p, const internal::SasConfig& c
   std::mutex error_mu;
   auto work = [&] {
     try {
-      for (size_t k = next++; k < ranges.size(); k = next++)
-        internal::RunReference(Slice(p, u, ranges[k].unit_begin, ranges[k].unit_end));
+      for (size_t k = next++; k < unit_ranges.size(); k = next++)
+        internal::RunReference(Slice(p, u, unit_ranges[k].first, unit_ranges[k].second));
     } catch (...) {  // e.g. std::bad_alloc: rethrown on the calling thread
       std::lock_guard<std::mutex> lk(error_mu);
       if (!error) error = std::current_exception();
@@ -78,6 +92,128 @@ void RunReferenceByPlan(const internal::Problem& p, const internal::SasConfig& c
 
 }  // namespace
 
+namespace internal {
+
+Schedule SasSchedule(const Problem& p, const SasConfig& c, const SasUnits& u,
+                     const std::vector<SasWorkerRange>& ranges, const int32_t* words) {
+  Schedule s;
+  s.state_rows = u.state_rows;
+  s.task_begin.push_back(0);
+  const int64_t G = c.group(), g_chunk = std::min<int64_t>(G, kMaxRows);
+  for (const SasWorkerRange& r : ranges) {
+    for (int64_t piece = r.piece_begin; piece < r.piece_end; ++piece) {
+      const int64_t x = u.UnitOfPiece(piece), chunk = piece - u.piece_begin[x];
+      const int64_t b = u.batch_of[x], t0 = (x - u.begin[b]) * u.tokens_per_block;
+      const bool split = u.chunks[x] > 1, last = chunk + 1 == u.chunks[x];
+      for (int64_t t = 0; t < u.tokens[x]; ++t) {
+        const int64_t i = t0 + t;
+        for (int64_t hk = 0; hk < p.h_kv; ++hk) {
+          const int64_t row = (p.q_row_base[b] + i) * p.h_kv + hk;
+          const int64_t len = p.key_offset[row + 1] - p.key_offset[row];
+          for (int64_t g0 = 0; g0 < G; g0 += g_chunk) {
+            WorkItem w;
+            w.b = b;
+            w.hk = hk;
+            w.g0 = g0;
+            w.g1 = std::min(G, g0 + g_chunk);
+            w.i0 = i;
+            w.i1 = i + 1;
+            // The chunk's list positions; the planner counted capacities, so a shorter list
+            // (SCFA indices ending early) leaves later chunks empty, and the last chunk takes
+            // whatever remains.
+            w.j0 = std::min(len, chunk * u.chunk_keys[x]);
+            w.j1 = last ? len : std::min(len, (chunk + 1) * u.chunk_keys[x]);
+            if (split) {
+              w.split = chunk;
+              w.n_split = u.chunks[x];
+              // Unit row (query-major, head-minor as the NPU's M axis): t * G + head.
+              w.state0 = u.slot_row0[x] + chunk * u.rows(x) + t * G + g0;
+            }
+            s.items.push_back(w);
+          }
+        }
+      }
+    }
+    s.task_begin.push_back(static_cast<int64_t>(s.items.size()));
+  }
+  // The merges, one per reduce record (in the metadata, already checked against the grid).
+  for (int64_t v = 0; v < kSasReduceRecords; ++v) {
+    const int32_t* rec = words + kSasReduceBase + v * kSasRecordWords;
+    if (rec[kFdEnable] == 0) continue;
+    const int64_t b = rec[kFdBn2] / c.n2, x = u.begin[b] + rec[kFdM];
+    MergeTask t;
+    t.b = b;
+    t.h0 = (rec[kFdBn2] % c.n2) * G;
+    t.heads = G;
+    t.i0 = rec[kFdM] * u.tokens_per_block;
+    t.r0 = rec[kFdMStart];
+    t.r1 = rec[kFdMStart] + rec[kFdMNum];
+    t.n_split = rec[kFdWorkspaceNum];
+    t.state0 = u.slot_row0[x];
+    t.split_stride = u.rows(x);
+    s.merges.push_back(t);
+  }
+  return s;
+}
+
+void RunSas(const SasArgs& args, const TensorView& attention_out, const TensorView& softmax_lse,
+            EngineStats* stats) {
+  OpScope scope(kOp);
+  SasConfig config;
+  const SasOutputSpec spec = ValidateSas(args, &config);  // verifies metadata
+  CheckOutput(attention_out, "attention_out", spec.attention_out_sizes, spec.attention_out_dtype);
+  if (args.return_softmax_lse || softmax_lse.defined())
+    CheckOutput(softmax_lse, "softmax_lse", spec.softmax_lse_sizes, DType::kFloat32);
+
+  // The plan: the caller's (already verified against this call) or one made here.
+  const std::vector<int32_t> words =
+      args.metadata.defined()
+          ? std::vector<int32_t>(static_cast<const int32_t*>(args.metadata.data),
+                                 static_cast<const int32_t*>(args.metadata.data) +
+                                     kSasMetadataWords)
+          : PlanSas(config, SasDefaultWorkers());
+  const std::vector<SasWorkerRange> ranges = VerifySasPlan(config, words.data());
+  const SasUnits units = SasWorkUnits(config);
+
+  const Problem p = CanonicalizeSas(args, config, attention_out,
+                                    args.return_softmax_lse ? softmax_lse : TensorView());
+  // As RunSelectedImpl (common/dispatch.h) decides, with the plan's schedule for the engine.
+  const Impl impl = GetImpl();
+  std::string why;
+  if (impl != Impl::kReference && EngineSupports(p, &why)) {
+    // The schedule writes every row of out (and of lse when requested): rows without keys get
+    // 0 / +inf from the epilogue, and q has no padding rows (BSND rows are all S1 tokens). So
+    // only the placeholder lse of return_softmax_lse=False is pre-filled: a prefill output is
+    // hundreds of MB that would otherwise be written twice.
+    if (!args.return_softmax_lse && softmax_lse.defined() && softmax_lse.numel() > 0)
+      *static_cast<float*>(softmax_lse.data) = 0.f;  // the one-element placeholder
+    RunSchedule(p, SasSchedule(p, config, units, ranges, words.data()), stats);
+  } else if (impl == Impl::kEngine) {
+    Fail(ErrorCode::kUnsupported, "impl", "the engine does not support this call", why);
+  } else {
+    // Pre-fill: rows without keys keep 0 and lse +inf; return_softmax_lse=False gives a 0.
+    PrefillOutputs(attention_out, softmax_lse, args.return_softmax_lse);
+    RunReferenceByPlan(p, units, ranges);
+  }
+}
+
+std::map<std::string, std::vector<double>> SparseAttnSharedkvBusy(
+    const SasArgs& args, const TensorView& attention_out, const TensorView& softmax_lse) {
+  EngineStats st;
+  st.compute_wall_s = -1;  // stays negative when the reference runs (no engine timing)
+  RunSas(args, attention_out, softmax_lse, &st);
+  if (st.compute_wall_s < 0) return {};
+  return {{"workers", st.task_busy_s},
+          {"workers_cpu", st.task_cpu_s},
+          {"threads", st.thread_busy_s},
+          {"merge", {st.merge_busy_s}},
+          {"merge_cpu", {st.merge_cpu_s}},
+          {"compute_wall", {st.compute_wall_s}},
+          {"merge_wall", {st.merge_wall_s}}};
+}
+
+}  // namespace internal
+
 SasOutputSpec SparseAttnSharedkvOutputSpec(const SasArgs& args) {
   internal::OpScope scope(kOp);
   internal::SasConfig config;
@@ -86,32 +222,7 @@ SasOutputSpec SparseAttnSharedkvOutputSpec(const SasArgs& args) {
 
 void SparseAttnSharedkv(const SasArgs& args, const TensorView& attention_out,
                         const TensorView& softmax_lse) {
-  internal::OpScope scope(kOp);
-  internal::SasConfig config;
-  const SasOutputSpec spec = internal::ValidateSas(args, &config);  // verifies metadata
-  internal::CheckOutput(attention_out, "attention_out", spec.attention_out_sizes,
-                        spec.attention_out_dtype);
-  if (args.return_softmax_lse || softmax_lse.defined())
-    internal::CheckOutput(softmax_lse, "softmax_lse", spec.softmax_lse_sizes, DType::kFloat32);
-
-  // The plan: the caller's (already verified against this call) or one made here.
-  const std::vector<int32_t> words =
-      args.metadata.defined()
-          ? std::vector<int32_t>(static_cast<const int32_t*>(args.metadata.data),
-                                 static_cast<const int32_t*>(args.metadata.data) +
-                                     kSasMetadataWords)
-          : internal::PlanSas(config, internal::SasDefaultWorkers());
-  const std::vector<internal::SasWorkerRange> ranges =
-      internal::VerifySasPlan(config, words.data());
-
-  // Pre-fill: rows without keys keep 0 and lse +inf; return_softmax_lse=False gives a 0.
-  internal::PrefillOutputs(attention_out, softmax_lse, args.return_softmax_lse);
-
-  const internal::Problem p = internal::CanonicalizeSas(
-      args, config, attention_out, args.return_softmax_lse ? softmax_lse : TensorView());
-
-  internal::RunSelectedImpl(
-      p, [&](const internal::Problem& q) { RunReferenceByPlan(q, config, ranges); });
+  internal::RunSas(args, attention_out, softmax_lse, nullptr);
 }
 
 }  // namespace openfia
