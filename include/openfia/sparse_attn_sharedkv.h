@@ -61,8 +61,10 @@ struct SasMetadataArgs {
 void SparseAttnSharedkvMetadata(const SasMetadataArgs& args, const TensorView& metadata);
 
 // Checks that `metadata` was made for the configuration `args` describes and that its compute
-// records cover every work unit (batch, M block) exactly once, whatever worker count it was
-// planned for. Throws openfia::Error naming `metadata` otherwise.
+// compute records cover every piece (a work unit = batch x M block, or one S2 chunk of a unit
+// when small-batch decode splits its key lists) exactly once and that its reduce records are the
+// ones the configuration needs, whatever worker count it was planned for. Throws
+// openfia::Error naming `metadata` otherwise.
 void VerifySasMetadata(const SasMetadataArgs& args, const TensorView& metadata);
 
 // Every argument of npu_sparse_attn_sharedkv.
