@@ -28,7 +28,8 @@ otherwise. A SparseAttnSharedkv call executes its metadata (V3 passes one; the o
 operator plan for the thread count): compute records -> engine items, the S2 split of
 small-batch decode -> partial states merged by the reduce records. V3 reports each planned
 worker's busy time (engine timing through the bench-only openfia.sas.sparse_attn_sharedkv_busy).
-The demo preset shrinks B, KV and top-k so that all five rows run in seconds on 2 cores.
+The demo preset keeps the head geometry and top-k of S1, S2 and V2 and shrinks B and the KV length
+(V1, V3 also top-k) so that all five rows run in seconds on 2 cores.
 """
 from __future__ import annotations
 
@@ -316,19 +317,19 @@ def _busy_report(name, openfia, sas, meta, call, reps=5):
 
 # ---- the workload list -----------------------------------------------------------------------
 
-# name -> (builder, full-size kwargs, demo kwargs). Demo sizes keep the head geometry and the
-# operator features (paging, block-wise indices, MTP, sinks, metadata) and shrink B, N, KV and
-# top-k so that all five rows run in seconds on 2 cores.
+# name -> (builder, full-size kwargs, demo kwargs). Demo sizes keep the head geometry (N, D, top-k
+# per row: what decides how much work one gathered row serves) and the operator features (paging,
+# block-wise indices, MTP, sinks, metadata) and shrink B and the KV length.
 SPARSE_CASES = {
     "S1": (build_kvqsfa, dict(B=4, S1=1, N=128, topk_tokens=2048, kv_len=32768, page=64, sblock=1),
-           dict(B=2, S1=1, N=32, topk_tokens=512, kv_len=4096, page=64, sblock=1)),
+           dict(B=1, S1=1, N=128, topk_tokens=2048, kv_len=8192, page=64, sblock=1)),
     "S2": (build_kvqsfa, dict(B=4, S1=4, N=128, topk_tokens=2048, kv_len=32768, page=64,
                               sblock=16),
-           dict(B=2, S1=4, N=16, topk_tokens=256, kv_len=4096, page=64, sblock=16)),
+           dict(B=1, S1=4, N=128, topk_tokens=2048, kv_len=8192, page=64, sblock=16)),
     "V1": (build_sas, dict(B=16, S1=1, S2=8192, N=64, D=512, ratio=4, k2=512),
            dict(B=4, S1=1, S2=2048, N=64, D=512, ratio=4, k2=256)),
     "V2": (build_sas, dict(B=1, S1=2048, S2=2048, N=64, D=512, ratio=128, k2=0),
-           dict(B=1, S1=128, S2=128 * 8, N=16, D=512, ratio=128, k2=0)),
+           dict(B=1, S1=256, S2=128 * 8, N=64, D=512, ratio=128, k2=0)),
     "V3": (build_sas, dict(B=1, S1=1, S2=8192, N=64, D=512, ratio=4, k2=512, metadata=True),
            dict(B=1, S1=1, S2=2048, N=64, D=512, ratio=4, k2=256, metadata=True)),
 }
