@@ -22,8 +22,14 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 Plan MakePlan(const Problem& p) {
   Plan plan;
   const int64_t G = p.group();
-  const int64_t g_chunk = std::min(G, kMaxRows);
-  const int64_t q_tile = std::max<int64_t>(1, kMaxRows / g_chunk);
+  const int64_t g_chunk = std::min(G, kItemRows);
+  const int64_t q_tile = std::max<int64_t>(1, kItemRows / g_chunk);
+  // Dense prefill (more than kItemRows rows per KV head, whole groups): items of up to kMaxRows
+  // rows, the query count a multiple of 16 when it can be, so that the 16-row blocks of the AMX
+  // prefill kernel (amx_prefill-inl.h) hold consecutive queries of one head. Not for MLA rope or
+  // int8 full quantization, which keep kItemRows.
+  const bool big = p.key_offset.empty() && !p.full_quant && p.d_rope == 0 && G <= kItemRows;
+  const int64_t q_big = kMaxRows / G >= 16 ? kMaxRows / G / 16 * 16 : kMaxRows / G;
 
   std::vector<WorkItem> base;
   if (!p.key_offset.empty()) {
@@ -56,12 +62,13 @@ Plan MakePlan(const Problem& p) {
     // Decode (few rows per KV head): one item covers kv_heads KV heads, so a tile reads whole
     // token rows of a [block, block_size, H_kv * D] cache instead of a 2 KB-strided slice per head.
     const int64_t head_rows = std::max<int64_t>(1, G * std::min<int64_t>(nq, q_tile));
-    const int64_t kv_heads = G <= kMaxRows && nq * G <= kMultiHeadRows
-                                 ? std::max<int64_t>(1, std::min(p.h_kv, kMaxRows / head_rows))
+    const int64_t kv_heads = G <= kItemRows && nq * G <= kMultiHeadRows
+                                 ? std::max<int64_t>(1, std::min(p.h_kv, kItemRows / head_rows))
                                  : 1;
+    const int64_t qt = big && nq * G > kItemRows ? q_big : q_tile;
     for (int64_t hk = 0; hk < p.h_kv; hk += kv_heads) {
       for (int64_t g0 = 0; g0 < G; g0 += g_chunk) {
-        for (int64_t i0 = 0; i0 < nq; i0 += q_tile) {
+        for (int64_t i0 = 0; i0 < nq; i0 += qt) {
           WorkItem w;
           w.b = b;
           w.hk = hk;
@@ -69,7 +76,7 @@ Plan MakePlan(const Problem& p) {
           w.g0 = g0;
           w.g1 = std::min(G, g0 + g_chunk);
           w.i0 = i0;
-          w.i1 = std::min(nq, i0 + q_tile);
+          w.i1 = std::min(nq, i0 + qt);
           // Keys some row of the tile can see: [i0 - pre, i1 - 1 + next] within [0, kvt).
           w.j0 = std::max<int64_t>(0, w.i0 - pre);
           w.j1 = std::min<int64_t>(kvt, w.i1 - 1 + next + 1);

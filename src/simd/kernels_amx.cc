@@ -25,6 +25,7 @@
 
 #include "common/problem.h"
 #include "engine/plan.h"
+#include "simd/amx_prefill.h"
 #include "simd/scalar_convert.h"
 #include "simd/simd.h"
 
@@ -298,8 +299,11 @@ inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc
   }
 }
 
+#include "simd/amx_prefill-inl.h"
+
 void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
   if (!AmxCan(p, w)) return Avx512Kernels()->attend(p, w, sc, out);
+  if (PrefillCan(p, w)) return AmxPrefill(p, w, sc, out);  // dense bf16 prefill, no rope
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t rows_pad = (rows + 15) / 16 * 16;
@@ -540,10 +544,14 @@ const KernelTable* AmxKernels() {
   return ok && Avx512Kernels() != nullptr ? &amx_target::kTable : nullptr;
 }
 bool AmxRunsItem(const Problem& p, const WorkItem& w) { return amx_target::AmxCan(p, w); }
+bool AmxRunsPrefill(const Problem& p, const WorkItem& w) {
+  return amx_target::AmxCan(p, w) && amx_target::PrefillCan(p, w);
+}
 }  // namespace openfia::internal
 #else
 namespace openfia::internal {
 const KernelTable* AmxKernels() { return nullptr; }
 bool AmxRunsItem(const Problem&, const WorkItem&) { return false; }
+bool AmxRunsPrefill(const Problem&, const WorkItem&) { return false; }
 }  // namespace openfia::internal
 #endif
