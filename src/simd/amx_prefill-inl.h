@@ -1,17 +1,24 @@
 // openfia internal: the AMX prefill kernel (dense bf16 keys, no rope): included by kernels_amx.cc
-// inside namespace amx_target, after its tile helpers (TileConfig, PackK, PackV, ScoreTile,
-// PvTile, ReduceRows16, AnyNonFiniteBf16).
+// inside namespace amx_target, after its tile helpers (TileConfig, PackK, PackV, ReduceRows16,
+// AnyNonFiniteBf16, ResolveKey).
 //
 // Same results as the generic loop (attend-inl.h) up to fp32 rounding: the same tiles of kTileKeys
 // keys, band / bit-mask / pse / boundary semantics, online softmax in fp32, P rounded to bf16
 // before P * V (SPEC 2.6), masked cells contribute nothing even next to non-finite values. What
 // differs is how the work is laid out, because on AMX the tile products are cheap and the vector
-// softmax is what costs:
+// softmax and the L1 footprint are what cost:
 //   - Every step works on a block of 16 rows; a block skips the key tiles none of its rows can see
 //     (the causal diagonal is paid once per block, not once per item), and only the tiles that are
 //     partly visible to the block go through the masked path.
 //   - Each K / V tile is packed once per item; prefill items hold up to kMaxRows rows (plan.cc), so
 //     the transposition of K is shared by up to 32 blocks.
+//   - A tile runs in two passes over its blocks: scores and softmax (P of every block kept as
+//     bf16), then acc += P V. Each pass keeps one 16 KB packed tile in L1 next to the streamed
+//     query / accumulator blocks; both tiles at once overflow the 48 KB L1 of current Xeons and
+//     made the tile loads several times slower.
+//   - In the first pass the scores of block a + 1 run on the AMX unit while the vector units
+//     compute the softmax of block a (tile and vector instructions interleaved in program order,
+//     so that the out-of-order window holds both).
 //   - The softmax of a block runs on 16 rows at once (row maxima and sums reduced across the rows
 //     together) and its exponential is a base-2 one with a single FMA for the argument:
 //       exp(s * scale - m) = 2^t,  t = s * (scale * log2 e) - m * log2 e,
@@ -20,27 +27,43 @@
 //     large only come from huge logits) the rounding of the argument adds |t| * 2^-23 relative.
 //   - The next tile's K / V rows are prefetched while the current one is computed.
 
-
 #ifdef OPENFIA_PREFILL_PROFILE
 #include <x86intrin.h>
+#include <algorithm>
 #include <cstdio>
+#include <vector>
+// Profiling build only: TSC cycles per block-tile of whole tiles (all 32 blocks full), and where
+// the time of a call goes.
 struct PrefillProf {
   uint64_t t[8] = {};
+  std::vector<double> per_bt, per_bt1, per_bt2;
+  static void Print(const char* what, std::vector<double>& v) {
+    if (v.empty()) return;
+    std::sort(v.begin(), v.end());
+    std::fprintf(stderr, "prefill prof %s TSC cycles: min %.0f p10 %.0f median %.0f (n=%zu)\n",
+                 what, v[0], v[v.size() / 10], v[v.size() / 2], v.size());
+  }
   ~PrefillProf() {
-    const char* n[8] = {"qpack", "kvpack", "score", "prepare", "softmax", "pv", "other", "-"};
-    uint64_t tot = 0;
-    for (int i = 0; i < 7; ++i) tot += t[i];
+    Print("pass1", per_bt1);
+    Print("pass2", per_bt2);
+    const char* n[8] = {"qpack", "kvpack", "phaseA", "-", "-", "phaseC", "blocks", "-"};
     for (int i = 0; i < 7; ++i)
-      std::fprintf(stderr, "prefill prof %-8s %6.2f%% %.3g cyc\n", n[i], 100.0 * t[i] / tot,
-                   double(t[i]));
+      if (t[i]) std::fprintf(stderr, "prefill prof %-8s %.3g cyc\n", n[i], double(t[i]));
+    if (!per_bt.empty()) {
+      std::sort(per_bt.begin(), per_bt.end());
+      std::fprintf(stderr, "prefill prof block-tile TSC cycles: min %.0f p10 %.0f median %.0f (n=%zu)\n",
+                   per_bt[0], per_bt[per_bt.size() / 10], per_bt[per_bt.size() / 2], per_bt.size());
+    }
   }
 };
 inline PrefillProf g_prof;
 #define PROF_T(var) const uint64_t var = __rdtsc()
 #define PROF_ADD(i, a, b) g_prof.t[i] += (b) - (a)
+#define PROF_BT(a, b, n) g_prof.per_bt.push_back(double((b) - (a)) / (n))
 #else
-#define PROF_T(var)
-#define PROF_ADD(i, a, b)
+#define PROF_T(var) static_cast<void>(0)
+#define PROF_ADD(i, a, b) static_cast<void>(0)
+#define PROF_BT(a, b, n) static_cast<void>(0)
 #endif
 
 // Rows of one block, and the most blocks of an item.
@@ -73,88 +96,173 @@ struct PrefillBlock {
   int64_t qhi = 0;
 };
 
-// The online-softmax update of one block over one key tile. s holds 16 rows of kTileKeys fp32
-// scores: `raw` ones (Q.K, to be multiplied by scale) or prepared ones (already scale * Q.K + pse,
-// invisible cells -inf). Rows outside `valid` are padding: P = 0, their states untouched. P is
-// written as bf16 over the first half of each score row. Same operations as attend-inl.h's row
-// loop: m_new = max(m_old, max_n x), rows with m_new = -inf keep P = 0 and their state,
-// P = round_bf16(exp(x - m_new)), l = l * alpha + sum(exp(x - m_new)) (unrounded),
-// acc *= alpha with alpha = exp(m_old - m_new) (0 for a row without history).
-inline void PrefillSoftmax16(float* s, bool raw, float scale, __mmask16 valid, float* m,
-                             float* l, float* acc, int64_t lda, int64_t ldv) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  alignas(64) float part[16][16];
-  alignas(64) float mb[16];
-  const __m512 ninf = _mm512_set1_ps(kNegInf);
-  // Row maxima. For scale > 0, max_n round(scale * s_n) = round(scale * max_n s_n) (rounding is
-  // monotonic), so raw scores are reduced first and scaled once per row.
-  const bool scale_after = raw && scale > 0.f;
-  const __m512 vscale = _mm512_set1_ps(scale);
-  for (int r = 0; r < 16; ++r) {
-    const float* sr = s + r * TN;
-    __m512 x0 = _mm512_loadu_ps(sr), x1 = _mm512_loadu_ps(sr + 16);
-    __m512 x2 = _mm512_loadu_ps(sr + 32), x3 = _mm512_loadu_ps(sr + 48);
-    if (raw && !scale_after) {
-      x0 = _mm512_mul_ps(x0, vscale);
-      x1 = _mm512_mul_ps(x1, vscale);
-      x2 = _mm512_mul_ps(x2, vscale);
-      x3 = _mm512_mul_ps(x3, vscale);
-    }
-    // The same pairing as the generic max(max(max(max(-inf, x0), x1), x2), x3) for NaN-free rows;
-    // a NaN score makes P NaN for every ordering.
-    _mm512_store_ps(part[r], _mm512_max_ps(_mm512_max_ps(x0, x1), _mm512_max_ps(x2, x3)));
-  }
-  const auto vmax = [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); };
-  __m512 tile_max = ReduceRows16(part, vmax);
-  if (scale_after) tile_max = _mm512_mul_ps(tile_max, vscale);
-  const __m512 m_old = _mm512_mask_loadu_ps(ninf, valid, m);
-  // std::max(m_old, max) keeps m_old when the maximum is NaN; so does max_ps(max, m_old).
-  const __m512 m_new = _mm512_max_ps(tile_max, m_old);
-  const __mmask16 dead = static_cast<__mmask16>(
-      _mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ) | static_cast<__mmask16>(~valid));
-  const __mmask16 fresh = _mm512_cmp_ps_mask(m_old, ninf, _CMP_EQ_OQ);
-  const __m512 alpha = _mm512_maskz_mov_ps(static_cast<__mmask16>(~fresh),
-                                           V::Exp(_mm512_sub_ps(m_old, m_new)));
-  _mm512_store_ps(mb, _mm512_mul_ps(m_new, _mm512_set1_ps(kLog2e)));
-  const __m512 c1 = _mm512_set1_ps(raw ? scale * kLog2e : kLog2e);
-  for (int r = 0; r < 16; ++r) {
-    float* sr = s + r * TN;
-    uint16_t* pr = reinterpret_cast<uint16_t*>(sr);
-    if (dead >> r & 1) {
-      std::memset(pr, 0, TN * 2);
-      _mm512_store_ps(part[r], _mm512_setzero_ps());
-      continue;
-    }
-    const __m512 nmb = _mm512_set1_ps(-mb[r]);
-    const __m512 e0 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr), c1, nmb));
-    const __m512 e1 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + 16), c1, nmb));
-    const __m512 e2 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + 32), c1, nmb));
-    const __m512 e3 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + 48), c1, nmb));
-    // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to zero;
-    // TDPBF16PS would read such a P as zero anyway (kernels_amx.cc, top).
-    _mm512_storeu_si512(pr, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0)));
-    _mm512_storeu_si512(pr + 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e3, e2)));
-    _mm512_store_ps(part[r], _mm512_add_ps(_mm512_add_ps(e0, e1), _mm512_add_ps(e2, e3)));
-  }
-  const auto vadd = [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); };
-  const __mmask16 live = static_cast<__mmask16>(~dead);
-  const __m512 l_old = _mm512_maskz_loadu_ps(live, l);
-  const __m512 l_new = _mm512_add_ps(_mm512_mul_ps(l_old, alpha), ReduceRows16(part, vadd));
-  _mm512_mask_storeu_ps(l, live, l_new);
-  _mm512_mask_storeu_ps(m, live, m_new);
-  // Rows whose maximum moved rescale their accumulator (alpha != 1, NaN included).
-  unsigned moved = _mm512_mask_cmp_ps_mask(live, alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ);
-  alignas(64) float av[16];
-  _mm512_store_ps(av, alpha);
-  while (moved) {
-    const int r = __builtin_ctz(moved);
-    moved &= moved - 1;
-    float* a = acc + r * lda;
-    const __m512 va = _mm512_set1_ps(av[r]);
-    for (int64_t d = 0; d < ldv; d += 16)
-      _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+// GCC's tile-load intrinsics are asm statements without a memory operand: this keeps the vector
+// stores a tile load reads (packed tiles, P, rescaled accumulators) before it.
+inline void CompilerFence() { asm volatile("" ::: "memory"); }
+
+// S = Q K^T for one block in pieces, so that vector work can be placed between them:
+// ScoreBegin, ScoreChunk for d0 = 0, 32, ... < D, ScoreEnd (tmm0-3 accumulate, tmm4 Q, tmm6-7 K).
+inline void ScoreBegin() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+inline void ScoreChunk(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t d0) {
+  _tile_loadd(4, q + d0, ldq * 2);
+  const uint32_t* b = kp + (d0 / 2) * TN;
+  _tile_loadd(6, b, TN * 4);
+  _tile_loadd(7, b + 16, TN * 4);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_loadd(6, b + 32, TN * 4);
+  _tile_loadd(7, b + 48, TN * 4);
+  _tile_dpbf16ps(2, 4, 6);
+  _tile_dpbf16ps(3, 4, 7);
+}
+inline void ScoreEnd(float* s) {
+  _tile_stored(0, s, TN * 4);
+  _tile_stored(1, s + 16, TN * 4);
+  _tile_stored(2, s + 32, TN * 4);
+  _tile_stored(3, s + 48, TN * 4);
+}
+
+// acc += P V for one block in pieces: PvBegin (P into tmm4-5), then PvChunk for c = 0, 32, ...
+// < Dv (32 columns, or the last 16 when Dv % 32 == 16; tmm0-1 accumulate, tmm6-7 V).
+inline void PvBegin(const uint16_t* p, int64_t ldp) {
+  _tile_loadd(4, p, ldp * 2);
+  _tile_loadd(5, p + 32, ldp * 2);
+}
+inline void PvChunk(const uint32_t* vp, int64_t Dv, float* acc, int64_t lda, int64_t c) {
+  if (c + 32 <= Dv) {
+    _tile_loadd(0, acc + c, lda * 4);
+    _tile_loadd(1, acc + c + 16, lda * 4);
+    _tile_loadd(6, vp + c, Dv * 4);
+    _tile_loadd(7, vp + c + 16, Dv * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(6, vp + 16 * Dv + c, Dv * 4);
+    _tile_loadd(7, vp + 16 * Dv + c + 16, Dv * 4);
+    _tile_dpbf16ps(0, 5, 6);
+    _tile_dpbf16ps(1, 5, 7);
+    _tile_stored(0, acc + c, lda * 4);
+    _tile_stored(1, acc + c + 16, lda * 4);
+  } else {
+    _tile_loadd(0, acc + c, lda * 4);
+    _tile_loadd(6, vp + c, Dv * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, vp + 16 * Dv + c, Dv * 4);
+    _tile_dpbf16ps(0, 5, 7);
+    _tile_stored(0, acc + c, lda * 4);
   }
 }
+
+// The online-softmax update of one block over one key tile, in phases (MaxRows for every row,
+// MaxEnd, ExpRows for every row, Finish) so that tile work can run between them. s holds 16 rows
+// of kTileKeys fp32 scores: `raw` ones (Q.K, to be multiplied by scale) or prepared ones (scale *
+// Q.K + pse, invisible cells -inf). Rows outside `valid` are padding: P = 0, states untouched. P
+// goes out as bf16 rows of kTileKeys at `pout`. The operations are those of
+// attend-inl.h's row loop: m_new = max(m_old, max_n x); a row with m_new = -inf keeps P = 0 and
+// its state; P = round_bf16(exp(x - m_new)); l = l * alpha + sum_n exp(x - m_new) (unrounded);
+// acc *= alpha, alpha = exp(m_old - m_new) (0 for a row without history).
+struct BlockSoftmax {
+  alignas(64) float part[16][16];  // per row: 16 partial maxima, then 16 partial sums
+  alignas(64) float nmb[16];       // -m_new * log2(e)
+  alignas(64) float m_new[16];
+  alignas(64) float alpha[16];
+  float* s = nullptr;
+  uint16_t* pout = nullptr;
+  float scale = 1.f;
+  bool raw = false;
+  bool scale_after = false;  // raw and scale > 0: rows reduced on raw scores, scaled once
+  __mmask16 valid = 0;
+  __mmask16 dead = 0;
+
+  void Begin(float* scores, uint16_t* p, bool is_raw, float sc, __mmask16 rows_valid) {
+    s = scores;
+    pout = p;
+    raw = is_raw;
+    scale = sc;
+    // For scale > 0, max_n round(scale * s_n) = round(scale * max_n s_n) (rounding is monotonic).
+    scale_after = raw && scale > 0.f;
+    valid = rows_valid;
+  }
+  void MaxRows(int r0, int r1) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int r = r0; r < r1; ++r) {
+      const float* sr = s + r * TN;
+      __m512 x0 = _mm512_loadu_ps(sr), x1 = _mm512_loadu_ps(sr + 16);
+      __m512 x2 = _mm512_loadu_ps(sr + 32), x3 = _mm512_loadu_ps(sr + 48);
+      if (raw && !scale_after) {
+        x0 = _mm512_mul_ps(x0, vscale);
+        x1 = _mm512_mul_ps(x1, vscale);
+        x2 = _mm512_mul_ps(x2, vscale);
+        x3 = _mm512_mul_ps(x3, vscale);
+      }
+      // For NaN-free rows any pairing gives the maximum; a NaN score makes its P NaN anyway.
+      _mm512_store_ps(part[r], _mm512_max_ps(_mm512_max_ps(x0, x1), _mm512_max_ps(x2, x3)));
+    }
+  }
+  void MaxEnd(const float* m) {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    const auto vmax = [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); };
+    __m512 tile_max = ReduceRows16(part, vmax);
+    if (scale_after) tile_max = _mm512_mul_ps(tile_max, _mm512_set1_ps(scale));
+    const __m512 ninf = _mm512_set1_ps(kNegInf);
+    const __m512 m_old = _mm512_mask_loadu_ps(ninf, valid, m);
+    // std::max(m_old, max) keeps m_old when the maximum is NaN; so does max_ps(max, m_old).
+    const __m512 mn = _mm512_max_ps(tile_max, m_old);
+    dead = static_cast<__mmask16>(_mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ) |
+                                  static_cast<__mmask16>(~valid));
+    const __mmask16 fresh = _mm512_cmp_ps_mask(m_old, ninf, _CMP_EQ_OQ);
+    _mm512_store_ps(alpha, _mm512_maskz_mov_ps(static_cast<__mmask16>(~fresh),
+                                               V::Exp(_mm512_sub_ps(m_old, mn))));
+    _mm512_store_ps(m_new, mn);
+    _mm512_store_ps(nmb, _mm512_mul_ps(mn, _mm512_set1_ps(-kLog2e)));
+  }
+  void ExpRows(int r0, int r1) {
+    const __m512 c1 = _mm512_set1_ps(raw ? scale * kLog2e : kLog2e);
+    for (int r = r0; r < r1; ++r) {
+      const float* sr = s + r * TN;
+      uint16_t* pr = pout + r * TN;
+      if (dead >> r & 1) {
+        _mm512_storeu_si512(pr, _mm512_setzero_si512());
+        _mm512_storeu_si512(pr + 32, _mm512_setzero_si512());
+        _mm512_store_ps(part[r], _mm512_setzero_ps());
+        continue;
+      }
+      const __m512 nmb_r = _mm512_set1_ps(nmb[r]);
+      const __m512 e0 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr), c1, nmb_r));
+      const __m512 e1 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + 16), c1, nmb_r));
+      const __m512 e2 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + 32), c1, nmb_r));
+      const __m512 e3 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + 48), c1, nmb_r));
+      // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to
+      // zero; TDPBF16PS would read such a P as zero anyway (kernels_amx.cc, top).
+      _mm512_storeu_si512(pr, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0)));
+      _mm512_storeu_si512(pr + 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e3, e2)));
+      _mm512_store_ps(part[r], _mm512_add_ps(_mm512_add_ps(e0, e1), _mm512_add_ps(e2, e3)));
+    }
+  }
+  void Finish(float* m, float* l, float* acc, int64_t lda, int64_t ldv) {
+    const auto vadd = [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); };
+    const __mmask16 live = static_cast<__mmask16>(~dead);
+    const __m512 va_all = _mm512_load_ps(alpha);
+    const __m512 l_old = _mm512_maskz_loadu_ps(live, l);
+    const __m512 l_new = _mm512_add_ps(_mm512_mul_ps(l_old, va_all), ReduceRows16(part, vadd));
+    _mm512_mask_storeu_ps(l, live, l_new);
+    _mm512_mask_storeu_ps(m, live, _mm512_load_ps(m_new));
+    // Rows whose maximum moved rescale their accumulator (alpha != 1, NaN included).
+    unsigned moved = _mm512_mask_cmp_ps_mask(live, va_all, _mm512_set1_ps(1.f), _CMP_NEQ_UQ);
+    while (moved) {
+      const int r = __builtin_ctz(moved);
+      moved &= moved - 1;
+      float* a = acc + r * lda;
+      const __m512 va = _mm512_set1_ps(alpha[r]);
+      for (int64_t d = 0; d < ldv; d += 16)
+        _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+    }
+  }
+};
 
 // Whether the prefill kernel runs item w (AmxCan(p, w) already holds): dense keys, no rope.
 inline bool PrefillCan(const Problem& p, const WorkItem& w) {
@@ -163,6 +271,7 @@ inline bool PrefillCan(const Problem& p, const WorkItem& w) {
 
 // n lanes (0 <= n <= 64) as a key mask.
 inline uint64_t LowKeys(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
 
 void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -186,16 +295,16 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
 
   // Scratch (ScratchBuffer sizes): sc.q holds the bf16 query rows [rows_pad][D] (zero rows past
   // `rows`); sc.kt the packed K tile [D/2][TN] pairs; sc.v the packed V tile [TN/2][Dv] pairs and
-  // then a 16-row accumulator for the last, partial block; sc.s the block's scores, P written as
-  // bf16 over the first half of each fp32 score row.
+  // then a 16-row accumulator for the last, partial block; sc.s ([kMaxRows][TN] fp32) P of every
+  // block as bf16 [rows_pad][TN] in its first half, the scores of two blocks in its second.
   PROF_T(ta);
   const int64_t rows_pad = (rows + 15) / 16 * 16;
   uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
   uint32_t* kp = reinterpret_cast<uint32_t*>(sc.kt);
   uint32_t* vp = reinterpret_cast<uint32_t*>(sc.v);
   float* acc_tail = sc.v + 32 * ldv;
-  float* sbuf = sc.s;
-  const int64_t ldp = 2 * TN;  // bf16 elements per P row (one fp32 score row)
+  uint16_t* pbuf = reinterpret_cast<uint16_t*>(sc.s);
+  float* sbuf = sc.s + kMaxRows * TN / 2;
   for (int64_t r = 0; r < rows_pad; ++r) {
     uint16_t* dst = qb + r * D;
     if (r >= rows) {
@@ -225,18 +334,34 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
       x.qhi = std::max(x.qhi, w.i0 + r % nq);
     }
   }
-
   PROF_T(tb);
   PROF_ADD(0, ta, tb);
+
   const uint16_t* krow[TN];
   const uint16_t* vrow[TN];
-  alignas(64) uint64_t vis[16];  // visible keys of each row of a boundary block
+  int64_t act[kMaxBlocks];   // blocks that see the tile, in order
+  bool act_full[kMaxBlocks];  // ... every row of which sees every key (no mask, no pse)
+  uint64_t vis[kMaxBlocks][16];  // boundary blocks: visible keys of each row
+  BlockSoftmax sm;
   const __m512 vscale = _mm512_set1_ps(scale);
+  const int64_t nd = D / 32, nc = (Dv + 31) / 32;
   LoadTileConfig();
   const int64_t tile0 = w.j0 / TN * TN;
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
     const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
     if (std::max(w.i0, jt0 - next) > std::min(w.i1 - 1, jt1 - 1 + pre)) continue;
+    // Blocks with a row that sees a key of the tile: i - pre <= jt1 - 1 and jt0 <= i + next for
+    // some i in [qlo, qhi].
+    int64_t na = 0;
+    for (int64_t k = 0; k < nblk; ++k) {
+      const PrefillBlock& x = blk[k];
+      if (std::max(x.qlo, jt0 - next) > std::min(x.qhi, jt1 - 1 + pre)) continue;
+      act[na] = k;
+      act_full[na] = p.mask == nullptr && p.pse == nullptr && nk == TN &&
+                     x.qhi - pre <= jt0 && jt1 - 1 <= x.qlo + next;
+      ++na;
+    }
+    if (na == 0) continue;
     PROF_T(tp0);
     for (int64_t n = 0; n < nk; ++n) {
       const void* base;
@@ -247,7 +372,7 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
       ResolveKey(p, p.v, b, w.hk, jt0 + n, &base, &off, &from_prefix);
       vrow[n] = static_cast<const uint16_t*>(base) + off;
     }
-    {  // the next tile's rows into L2 while this one is computed (each row: D or Dv bf16)
+    {  // the next tile's rows into L2 while this one is computed
       const int64_t n1 = std::min(w.j1, jt1 + TN);
       for (int64_t j = jt1; j < n1; ++j) {
         const void* base;
@@ -263,128 +388,153 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
     }
     PackK(krow, nk, D, kp);
     PackV(vrow, nk, Dv, vp);
-    int v_bad = -1;
+    CompilerFence();
+    bool v_bad = false;  // non-finite values in the tile (checked when a block is boundary)
+    for (int64_t a = 0; a < na; ++a) {
+      if (!act_full[a]) {
+        v_bad = AnyNonFiniteBf16(vrow, nk, Dv);
+        break;
+      }
+    }
     PROF_T(tp1);
-    PROF_ADD(1, tp0, tp1);  // non-finite values in the tile: computed when a boundary block needs it
+    PROF_ADD(1, tp0, tp1);
 
-    for (int64_t k = 0; k < nblk; ++k) {
-      const PrefillBlock& x = blk[k];
-      // Some row i in [qlo, qhi] sees a key in [jt0, jt1) iff i - pre <= jt1 - 1, jt0 <= i + next.
-      if (std::max(x.qlo, jt0 - next) > std::min(x.qhi, jt1 - 1 + pre)) continue;
-      const bool full = p.mask == nullptr && p.pse == nullptr && nk == TN &&
-                        x.qhi - pre <= jt0 && jt1 - 1 <= x.qlo + next;
-      float* s = sbuf;
-      PROF_T(t1);
-      ScoreTile(qb + x.r0 * D, D, kp, D, s);
-      PROF_T(t2);
-      PROF_ADD(2, t1, t2);
-      const __mmask16 valid = static_cast<__mmask16>((1u << x.n) - 1);
-      float* acc = out.acc + x.r0 * out.acc_stride;
-      int64_t lda = out.acc_stride;
-      if (x.n < 16) {  // the row states end at `rows`: run the partial block on a 16-row copy
-        for (int64_t r = 0; r < 16; ++r) {
-          float* dst = acc_tail + r * ldv;
-          if (r < x.n) std::memcpy(dst, acc + r * lda, ldv * 4);
-          else std::memset(dst, 0, ldv * 4);
-        }
-        acc = acc_tail;
-        lda = ldv;
-      }
-      bool masked_pv = false;
-      PROF_T(t3);
-      if (full) {
-        PrefillSoftmax16(s, true, scale, valid, out.m + x.r0, out.l + x.r0, acc, lda, ldv);
-        PROF_T(t4);
-        PROF_ADD(4, t3, t4);
-      } else {
-        // Boundary block: x = scale * s + pse, -inf where the band, the bit mask or the tile end
-        // hides the cell; the visible cells of each row are kept for the non-finite V case.
-        for (int64_t r = 0; r < x.n; ++r) {
-          const int64_t rr = x.r0 + r;
-          const int64_t i = w.i0 + rr % nq;
-          float* sr = s + r * TN;
-          // Visible n: i - pre <= jt0 + n <= i + next, n < nk.
-          const int64_t lo = std::max<int64_t>(0, i - pre - jt0);
-          const int64_t hi = std::min<int64_t>(nk - 1, i + next - jt0);
-          uint64_t vm = lo > hi ? 0 : LowKeys(hi + 1) & ~LowKeys(lo);
-          if (p.mask != nullptr && vm != 0) {
-            const uint8_t* mrow = p.mask + b * p.mask_sb + (mask_row0 + i) * p.mask_ss +
-                                  (mask_col0 + jt0) * p.mask_sk;
-            uint64_t hidden = 0;
-            if (p.mask_sk == 1) {
-              const __m512i mb8 = _mm512_maskz_loadu_epi8(LowKeys(nk), mrow);
-              hidden = _mm512_test_epi8_mask(mb8, mb8);
-            } else {
-              for (int64_t n = 0; n < nk; ++n)
-                if (mrow[n * p.mask_sk] != 0) hidden |= 1ull << n;
-            }
-            vm &= ~hidden;
+    // Boundary rows [r0, r1) of active block a: x = scale * s + pse, -inf where the band, the bit
+    // mask or the tile end hides the cell; each row's visible cells are kept for the non-finite V
+    // case.
+    const auto prepare = [&](int64_t a, float* s, int r0, int r1) {
+      const PrefillBlock& x = blk[act[a]];
+      for (int r = r0; r < std::min<int>(r1, static_cast<int>(x.n)); ++r) {
+        const int64_t rr = x.r0 + r;
+        const int64_t i = w.i0 + rr % nq;
+        float* sr = s + r * TN;
+        // Visible n: i - pre <= jt0 + n <= i + next, n < nk.
+        const int64_t lo = std::max<int64_t>(0, i - pre - jt0);
+        const int64_t hi = std::min<int64_t>(nk - 1, i + next - jt0);
+        uint64_t vm = lo > hi ? 0 : LowKeys(hi + 1) & ~LowKeys(lo);
+        if (p.mask != nullptr && vm != 0) {
+          const uint8_t* mrow = p.mask + b * p.mask_sb + (mask_row0 + i) * p.mask_ss +
+                                (mask_col0 + jt0) * p.mask_sk;
+          uint64_t hidden = 0;
+          if (p.mask_sk == 1) {
+            const __m512i mb8 = _mm512_maskz_loadu_epi8(LowKeys(nk), mrow);
+            hidden = _mm512_test_epi8_mask(mb8, mb8);
+          } else {
+            for (int64_t n = 0; n < nk; ++n)
+              if (mrow[n * p.mask_sk] != 0) hidden |= 1ull << n;
           }
-          vis[r] = vm;
-          const float* ps = nullptr;
-          int64_t po = 0;
+          vm &= ~hidden;
+        }
+        vis[a][r] = vm;
+        int64_t po = 0;
+        if (p.pse) {
+          const int64_t h = w.hk * G + w.g0 + rr / nq;
+          po = b * p.pse_sb + h * p.pse_sh + (pse_row0 + i) * p.pse_ss +
+               (pse_col0 + jt0) * p.pse_sk;
+        }
+        for (int64_t c = 0; c < TN / 16; ++c) {
+          const __mmask16 mv = static_cast<__mmask16>(vm >> (16 * c));
+          __m512 xv = _mm512_mul_ps(_mm512_loadu_ps(sr + 16 * c), vscale);
           if (p.pse) {
-            const int64_t h = w.hk * G + w.g0 + rr / nq;
-            po = b * p.pse_sb + h * p.pse_sh + (pse_row0 + i) * p.pse_ss +
-                 (pse_col0 + jt0) * p.pse_sk;
-            ps = p.pse_elem == Elem::kF32 && p.pse_sk == 1
-                     ? static_cast<const float*>(p.pse) + po
-                     : nullptr;
-          }
-          for (int64_t c = 0; c < TN / 16; ++c) {
-            const __mmask16 mv = static_cast<__mmask16>(vm >> (16 * c));
-            __m512 xv = _mm512_mul_ps(_mm512_loadu_ps(sr + 16 * c), vscale);
-            if (p.pse) {
-              const __mmask16 in = static_cast<__mmask16>(LowKeys(nk) >> (16 * c));
-              __m512 pv;
-              if (ps != nullptr) {
-                pv = _mm512_maskz_loadu_ps(in, ps + 16 * c);
-              } else if (p.pse_elem == Elem::kBF16 && p.pse_sk == 1) {
-                const __m256i u = _mm256_maskz_loadu_epi16(
-                    in, static_cast<const uint16_t*>(p.pse) + po + 16 * c);
-                pv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(u), 16));
-              } else {
-                alignas(64) float t[16] = {};
-                for (int64_t n = 16 * c; n < std::min<int64_t>(nk, 16 * c + 16); ++n)
-                  t[n - 16 * c] = cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
-                pv = _mm512_load_ps(t);
-              }
-              xv = _mm512_add_ps(xv, pv);
+            const __mmask16 in = static_cast<__mmask16>(LowKeys(nk) >> (16 * c));
+            __m512 pv;
+            if (p.pse_elem == Elem::kF32 && p.pse_sk == 1) {
+              pv = _mm512_maskz_loadu_ps(in, static_cast<const float*>(p.pse) + po + 16 * c);
+            } else if (p.pse_elem == Elem::kBF16 && p.pse_sk == 1) {
+              const __m256i u = _mm256_maskz_loadu_epi16(
+                  in, static_cast<const uint16_t*>(p.pse) + po + 16 * c);
+              pv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(u), 16));
+            } else {
+              alignas(64) float t[16] = {};
+              for (int64_t n = 16 * c; n < std::min<int64_t>(nk, 16 * c + 16); ++n)
+                t[n - 16 * c] = cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
+              pv = _mm512_load_ps(t);
             }
-            _mm512_storeu_ps(sr + 16 * c, _mm512_mask_blend_ps(mv, _mm512_set1_ps(kNegInf), xv));
+            xv = _mm512_add_ps(xv, pv);
           }
+          _mm512_storeu_ps(sr + 16 * c, _mm512_mask_blend_ps(mv, _mm512_set1_ps(kNegInf), xv));
         }
-        PROF_T(t4);
-        PROF_ADD(3, t3, t4);
-        PrefillSoftmax16(s, false, scale, valid, out.m + x.r0, out.l + x.r0, acc, lda, ldv);
-        PROF_T(t5);
-        PROF_ADD(4, t4, t5);
-        if (v_bad < 0) v_bad = AnyNonFiniteBf16(vrow, nk, Dv) ? 1 : 0;
-        masked_pv = v_bad == 1;
       }
-      PROF_T(t6);
-      if (masked_pv) {
+    };
+
+    // Pass 1: S = Q K^T and the softmax, P of active block a to pbuf rows of its block. The
+    // scores of block a + 1 are computed on the AMX unit (into the other score buffer) while the
+    // vector units run the softmax of block a; its ScoreChunks are spread over the softmax phases.
+    PROF_T(tblk0);
+    ScoreBegin();
+    for (int64_t c = 0; c < nd; ++c) ScoreChunk(qb + blk[act[0]].r0 * D, D, kp, 32 * c);
+    ScoreEnd(sbuf);
+    for (int64_t a = 0; a < na; ++a) {
+      const PrefillBlock& x = blk[act[a]];
+      const bool full = act_full[a], has_next = a + 1 < na;
+      float* s = sbuf + (a & 1) * 16 * TN;
+      const uint16_t* qn = has_next ? qb + blk[act[a + 1]].r0 * D : nullptr;
+      if (has_next) {
+        ScoreBegin();
+        ScoreChunk(qn, D, kp, 0);
+      }
+      sm.Begin(s, pbuf + x.r0 * TN, full, scale, static_cast<__mmask16>((1u << x.n) - 1));
+      if (!full) prepare(a, s, 0, 16);
+      sm.MaxRows(0, 16);
+      sm.MaxEnd(out.m + x.r0);
+      // Exp rows spread over the remaining score chunks (all of them after the last one).
+      const int64_t parts = std::max<int64_t>(1, nd - 1);
+      for (int64_t c = 1; c <= parts; ++c) {
+        if (has_next && c < nd) ScoreChunk(qn, D, kp, 32 * c);
+        sm.ExpRows(static_cast<int>((c - 1) * 16 / parts), static_cast<int>(c * 16 / parts));
+      }
+      if (has_next) ScoreEnd(sbuf + ((a + 1) & 1) * 16 * TN);
+      // Rescales only live rows (< x.n), so the partial block needs no copy here.
+      sm.Finish(out.m + x.r0, out.l + x.r0, out.acc + x.r0 * out.acc_stride, out.acc_stride, ldv);
+    }
+    PROF_T(tmid);
+    PROF_ADD(2, tblk0, tmid);
+
+    // Pass 2: acc += P V for every active block.
+    CompilerFence();
+    for (int64_t a = 0; a < na; ++a) {
+      const PrefillBlock& x = blk[act[a]];
+      const uint16_t* pa = pbuf + x.r0 * TN;
+      float* acc = out.acc + x.r0 * out.acc_stride;
+      if (!act_full[a] && v_bad) {
         // A masked cell must not meet a non-finite value (P = 0 times Inf is NaN): visible cells
         // only, in fp32 (bf16 P times bf16 V is exact, like the tile product).
         for (int64_t r = 0; r < x.n; ++r) {
-          const uint16_t* pr = reinterpret_cast<const uint16_t*>(s + r * TN);
-          float* a = acc + r * lda;
+          float* ar = acc + r * out.acc_stride;
           for (int64_t n = 0; n < nk; ++n) {
-            if (!(vis[r] >> n & 1)) continue;
-            const float pn = cvt::Load(pr, Elem::kBF16, n);
-            for (int64_t d = 0; d < Dv; ++d) a[d] += pn * cvt::Load(vrow[n], Elem::kBF16, d);
+            if (!(vis[a][r] >> n & 1)) continue;
+            const float pn = cvt::Load(pa, Elem::kBF16, r * TN + n);
+            for (int64_t d = 0; d < Dv; ++d) ar[d] += pn * cvt::Load(vrow[n], Elem::kBF16, d);
           }
         }
-      } else {
-        PvTile(reinterpret_cast<const uint16_t*>(s), ldp, vp, Dv, acc, lda);
+        continue;
       }
-      PROF_T(t7);
-      PROF_ADD(5, t6, t7);
-      if (x.n < 16) {
-        float* dst = out.acc + x.r0 * out.acc_stride;
-        for (int64_t r = 0; r < x.n; ++r)
-          std::memcpy(dst + r * out.acc_stride, acc_tail + r * ldv, ldv * 4);
+      if (x.n == 16) {
+        PvBegin(pa, TN);
+        for (int64_t c = 0; c < nc; ++c) PvChunk(vp, Dv, acc, out.acc_stride, 32 * c);
+        continue;
       }
+      // The row states end at `rows`: run the partial block on a 16-row copy.
+      for (int64_t r = 0; r < 16; ++r) {
+        float* dst = acc_tail + r * ldv;
+        if (r < x.n) std::memcpy(dst, acc + r * out.acc_stride, ldv * 4);
+        else std::memset(dst, 0, ldv * 4);
+      }
+      CompilerFence();
+      PvBegin(pa, TN);
+      for (int64_t c = 0; c < nc; ++c) PvChunk(vp, Dv, acc_tail, ldv, 32 * c);
+      for (int64_t r = 0; r < x.n; ++r)
+        std::memcpy(acc + r * out.acc_stride, acc_tail + r * ldv, ldv * 4);
+    }
+    PROF_T(tblk1);
+    PROF_ADD(5, tmid, tblk1);
+    PROF_ADD(6, tblk0, tblk1);
+    if (na == kMaxBlocks && act_full[0] && act_full[na - 1]) {
+      PROF_BT(tblk0, tblk1, na);
+#ifdef OPENFIA_PREFILL_PROFILE
+      g_prof.per_bt1.push_back(double(tmid - tblk0) / na);
+      g_prof.per_bt2.push_back(double(tblk1 - tmid) / na);
+#endif
     }
   }
   _tile_release();
