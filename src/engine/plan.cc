@@ -87,9 +87,11 @@ Plan MakePlan(const Problem& p) {
     }
   }
 
-  const int64_t want = static_cast<int64_t>(base.size()) < kSplitItems
-                           ? CeilDiv(kSplitItems, std::max<int64_t>(1, base.size()))
-                           : 1;
+  // The work of the items counted in kItemRows-row units: a few large prefill items already
+  // give every core work (and splitting them costs a split workspace of S_q rows and a merge).
+  int64_t units = 0;
+  for (const WorkItem& w : base) units += CeilDiv(std::max<int64_t>(1, w.rows()), kItemRows);
+  const int64_t want = units < kSplitItems ? CeilDiv(kSplitItems, std::max<int64_t>(1, units)) : 1;
   for (const WorkItem& w : base) {
     // Tiles on the absolute grid of kTileKeys (paged blocks and causal diagonals line up).
     const int64_t t_first = w.j0 / kTileKeys, t_end = CeilDiv(w.j1, kTileKeys);

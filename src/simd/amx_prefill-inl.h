@@ -264,6 +264,13 @@ struct BlockSoftmax {
   }
 };
 
+// Prefetches bytes [0, n) at p into L1 (whole lines; the tile loads that follow would otherwise
+// wait for L2 line by line).
+inline void PrefetchL1(const void* p, int64_t n) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t o = 0; o < n; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
+}
+
 // Whether the prefill kernel runs item w (AmxCan(p, w) already holds): dense keys, no rope.
 inline bool PrefillCan(const Problem& p, const WorkItem& w) {
   return p.key_offset.empty() && p.d_rope == 0 && !p.k2.cache.present() && w.n_hk == 1;
@@ -457,33 +464,22 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
       }
     };
 
-    // Pass 1: S = Q K^T and the softmax, P of active block a to pbuf rows of its block. The
-    // scores of block a + 1 are computed on the AMX unit (into the other score buffer) while the
-    // vector units run the softmax of block a; its ScoreChunks are spread over the softmax phases.
+    // Pass 1: S = Q K^T and the softmax, P of each active block to the pbuf rows of the block.
+    // (Interleaving the next block's tile products with this block's softmax did not pay: the
+    // tile loads keep the vector code from overlapping them.)
     PROF_T(tblk0);
-    ScoreBegin();
-    for (int64_t c = 0; c < nd; ++c) ScoreChunk(qb + blk[act[0]].r0 * D, D, kp, 32 * c);
-    ScoreEnd(sbuf);
     for (int64_t a = 0; a < na; ++a) {
       const PrefillBlock& x = blk[act[a]];
-      const bool full = act_full[a], has_next = a + 1 < na;
-      float* s = sbuf + (a & 1) * 16 * TN;
-      const uint16_t* qn = has_next ? qb + blk[act[a + 1]].r0 * D : nullptr;
-      if (has_next) {
-        ScoreBegin();
-        ScoreChunk(qn, D, kp, 0);
-      }
-      sm.Begin(s, pbuf + x.r0 * TN, full, scale, static_cast<__mmask16>((1u << x.n) - 1));
-      if (!full) prepare(a, s, 0, 16);
+      const bool full = act_full[a];
+      ScoreBegin();
+      for (int64_t c = 0; c < nd; ++c) ScoreChunk(qb + x.r0 * D, D, kp, 32 * c);
+      ScoreEnd(sbuf);
+      if (a + 1 < na) PrefetchL1(qb + blk[act[a + 1]].r0 * D, 16 * D * 2);
+      sm.Begin(sbuf, pbuf + x.r0 * TN, full, scale, static_cast<__mmask16>((1u << x.n) - 1));
+      if (!full) prepare(a, sbuf, 0, 16);
       sm.MaxRows(0, 16);
       sm.MaxEnd(out.m + x.r0);
-      // Exp rows spread over the remaining score chunks (all of them after the last one).
-      const int64_t parts = std::max<int64_t>(1, nd - 1);
-      for (int64_t c = 1; c <= parts; ++c) {
-        if (has_next && c < nd) ScoreChunk(qn, D, kp, 32 * c);
-        sm.ExpRows(static_cast<int>((c - 1) * 16 / parts), static_cast<int>(c * 16 / parts));
-      }
-      if (has_next) ScoreEnd(sbuf + ((a + 1) & 1) * 16 * TN);
+      sm.ExpRows(0, 16);
       // Rescales only live rows (< x.n), so the partial block needs no copy here.
       sm.Finish(out.m + x.r0, out.l + x.r0, out.acc + x.r0 * out.acc_stride, out.acc_stride, ldv);
     }
