@@ -17,6 +17,19 @@ constexpr int64_t kMultiHeadRows = 16;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Dense prefill items may hold up to kMaxRows rows (MakePlan); everything else kItemRows.
+bool BigItems(const Problem& p) {
+  return p.key_offset.empty() && !p.full_quant && p.d_rope == 0 && p.group() <= kItemRows;
+}
+
+// The most rows an item of p can have (sizes the scratch).
+int64_t MaxItemRows(const Problem& p) {
+  if (!BigItems(p)) return kItemRows;
+  for (int64_t nq : p.q_len)
+    if (nq * p.group() > kItemRows) return kMaxRows;
+  return kItemRows;
+}
+
 }  // namespace
 
 Plan MakePlan(const Problem& p) {
@@ -28,7 +41,7 @@ Plan MakePlan(const Problem& p) {
   // rows, the query count a multiple of 16 when it can be, so that the 16-row blocks of the AMX
   // prefill kernel (amx_prefill-inl.h) hold consecutive queries of one head. Not for MLA rope or
   // int8 full quantization, which keep kItemRows.
-  const bool big = p.key_offset.empty() && !p.full_quant && p.d_rope == 0 && G <= kItemRows;
+  const bool big = BigItems(p);
   const int64_t q_big = kMaxRows / G >= 16 ? kMaxRows / G / 16 * 16 : kMaxRows / G;
 
   std::vector<WorkItem> base;
@@ -123,9 +136,10 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   s.dk = p.d_qk + p.d_rope;
   s.dk_pad = (s.dk + 15) / 16 * 16;
   s.dv_pad = (p.d_v + 15) / 16 * 16;
-  const int64_t nq = kMaxRows * s.dk_pad, nkt = s.dk * kTileKeys + 16,
-                nv = kTileKeys * s.dv_pad, ns = kMaxRows * kTileKeys,
-                nt = kMaxRows + 2 * s.dv_pad + 64;
+  const int64_t rows = MaxItemRows(p);
+  const int64_t nq = rows * s.dk_pad, nkt = s.dk * kTileKeys + 16,
+                nv = kTileKeys * s.dv_pad, ns = rows * kTileKeys,
+                nt = rows + 2 * s.dv_pad + 64;
   f_.assign(nq + nkt + nv + ns + nt, 0.f);
   float* f = f_.data();
   s.q = f;
@@ -133,9 +147,9 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   s.v = s.kt + nkt;
   s.s = s.v + nv;
   s.tmp = s.s + ns;
-  u8_.assign(kMaxRows * kTileKeys + kTileKeys, 0);
+  u8_.assign(rows * kTileKeys + kTileKeys, 0);
   s.vis = u8_.data();
-  s.kpre = s.vis + kMaxRows * kTileKeys;
+  s.kpre = s.vis + rows * kTileKeys;
   ptr_.assign(3 * kTileKeys, nullptr);
   s.kbase = ptr_.data();
   s.rbase = s.kbase + kTileKeys;

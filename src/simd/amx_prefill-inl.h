@@ -16,9 +16,6 @@
 //     bf16), then acc += P V. Each pass keeps one 16 KB packed tile in L1 next to the streamed
 //     query / accumulator blocks; both tiles at once overflow the 48 KB L1 of current Xeons and
 //     made the tile loads several times slower.
-//   - In the first pass the scores of block a + 1 run on the AMX unit while the vector units
-//     compute the softmax of block a (tile and vector instructions interleaved in program order,
-//     so that the out-of-order window holds both).
 //   - The softmax of a block runs on 16 rows at once (row maxima and sums reduced across the rows
 //     together) and its exponential is a base-2 one with a single FMA for the argument:
 //       exp(s * scale - m) = 2^t,  t = s * (scale * log2 e) - m * log2 e,
@@ -27,44 +24,6 @@
 //     large only come from huge logits) the rounding of the argument adds |t| * 2^-23 relative.
 //   - The next tile's K / V rows are prefetched while the current one is computed.
 
-#ifdef OPENFIA_PREFILL_PROFILE
-#include <x86intrin.h>
-#include <algorithm>
-#include <cstdio>
-#include <vector>
-// Profiling build only: TSC cycles per block-tile of whole tiles (all 32 blocks full), and where
-// the time of a call goes.
-struct PrefillProf {
-  uint64_t t[8] = {};
-  std::vector<double> per_bt, per_bt1, per_bt2;
-  static void Print(const char* what, std::vector<double>& v) {
-    if (v.empty()) return;
-    std::sort(v.begin(), v.end());
-    std::fprintf(stderr, "prefill prof %s TSC cycles: min %.0f p10 %.0f median %.0f (n=%zu)\n",
-                 what, v[0], v[v.size() / 10], v[v.size() / 2], v.size());
-  }
-  ~PrefillProf() {
-    Print("pass1", per_bt1);
-    Print("pass2", per_bt2);
-    const char* n[8] = {"qpack", "kvpack", "phaseA", "-", "-", "phaseC", "blocks", "-"};
-    for (int i = 0; i < 7; ++i)
-      if (t[i]) std::fprintf(stderr, "prefill prof %-8s %.3g cyc\n", n[i], double(t[i]));
-    if (!per_bt.empty()) {
-      std::sort(per_bt.begin(), per_bt.end());
-      std::fprintf(stderr, "prefill prof block-tile TSC cycles: min %.0f p10 %.0f median %.0f (n=%zu)\n",
-                   per_bt[0], per_bt[per_bt.size() / 10], per_bt[per_bt.size() / 2], per_bt.size());
-    }
-  }
-};
-inline PrefillProf g_prof;
-#define PROF_T(var) const uint64_t var = __rdtsc()
-#define PROF_ADD(i, a, b) g_prof.t[i] += (b) - (a)
-#define PROF_BT(a, b, n) g_prof.per_bt.push_back(double((b) - (a)) / (n))
-#else
-#define PROF_T(var) static_cast<void>(0)
-#define PROF_ADD(i, a, b) static_cast<void>(0)
-#define PROF_BT(a, b, n) static_cast<void>(0)
-#endif
 
 // Rows of one block, and the most blocks of an item.
 constexpr int64_t kBlockRows = 16;
@@ -158,7 +117,7 @@ inline void PvChunk(const uint32_t* vp, int64_t Dv, float* acc, int64_t lda, int
 }
 
 // The online-softmax update of one block over one key tile, in phases (MaxRows for every row,
-// MaxEnd, ExpRows for every row, Finish) so that tile work can run between them. s holds 16 rows
+// MaxEnd, ExpRows for every row, Finish; rows can be split between calls). s holds 16 rows
 // of kTileKeys fp32 scores: `raw` ones (Q.K, to be multiplied by scale) or prepared ones (scale *
 // Q.K + pse, invisible cells -inf). Rows outside `valid` are padding: P = 0, states untouched. P
 // goes out as bf16 rows of kTileKeys at `pout`. The operations are those of
@@ -302,16 +261,15 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
 
   // Scratch (ScratchBuffer sizes): sc.q holds the bf16 query rows [rows_pad][D] (zero rows past
   // `rows`); sc.kt the packed K tile [D/2][TN] pairs; sc.v the packed V tile [TN/2][Dv] pairs and
-  // then a 16-row accumulator for the last, partial block; sc.s ([kMaxRows][TN] fp32) P of every
-  // block as bf16 [rows_pad][TN] in its first half, the scores of two blocks in its second.
-  PROF_T(ta);
+  // then a 16-row accumulator for the last, partial block; sc.s ([rows][TN] fp32 for the most
+  // rows of an item, >= 32) P of every block as bf16 [rows_pad][TN], then one block of scores.
   const int64_t rows_pad = (rows + 15) / 16 * 16;
   uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
   uint32_t* kp = reinterpret_cast<uint32_t*>(sc.kt);
   uint32_t* vp = reinterpret_cast<uint32_t*>(sc.v);
   float* acc_tail = sc.v + 32 * ldv;
   uint16_t* pbuf = reinterpret_cast<uint16_t*>(sc.s);
-  float* sbuf = sc.s + kMaxRows * TN / 2;
+  float* sbuf = sc.s + rows_pad * TN / 2;
   for (int64_t r = 0; r < rows_pad; ++r) {
     uint16_t* dst = qb + r * D;
     if (r >= rows) {
@@ -341,8 +299,6 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
       x.qhi = std::max(x.qhi, w.i0 + r % nq);
     }
   }
-  PROF_T(tb);
-  PROF_ADD(0, ta, tb);
 
   const uint16_t* krow[TN];
   const uint16_t* vrow[TN];
@@ -369,7 +325,6 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
       ++na;
     }
     if (na == 0) continue;
-    PROF_T(tp0);
     for (int64_t n = 0; n < nk; ++n) {
       const void* base;
       int64_t off;
@@ -403,8 +358,6 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
         break;
       }
     }
-    PROF_T(tp1);
-    PROF_ADD(1, tp0, tp1);
 
     // Boundary rows [r0, r1) of active block a: x = scale * s + pse, -inf where the band, the bit
     // mask or the tile end hides the cell; each row's visible cells are kept for the non-finite V
@@ -467,7 +420,6 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
     // Pass 1: S = Q K^T and the softmax, P of each active block to the pbuf rows of the block.
     // (Interleaving the next block's tile products with this block's softmax did not pay: the
     // tile loads keep the vector code from overlapping them.)
-    PROF_T(tblk0);
     for (int64_t a = 0; a < na; ++a) {
       const PrefillBlock& x = blk[act[a]];
       const bool full = act_full[a];
@@ -483,8 +435,6 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
       // Rescales only live rows (< x.n), so the partial block needs no copy here.
       sm.Finish(out.m + x.r0, out.l + x.r0, out.acc + x.r0 * out.acc_stride, out.acc_stride, ldv);
     }
-    PROF_T(tmid);
-    PROF_ADD(2, tblk0, tmid);
 
     // Pass 2: acc += P V for every active block.
     CompilerFence();
@@ -521,16 +471,6 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
       for (int64_t c = 0; c < nc; ++c) PvChunk(vp, Dv, acc_tail, ldv, 32 * c);
       for (int64_t r = 0; r < x.n; ++r)
         std::memcpy(acc + r * out.acc_stride, acc_tail + r * ldv, ldv * 4);
-    }
-    PROF_T(tblk1);
-    PROF_ADD(5, tmid, tblk1);
-    PROF_ADD(6, tblk0, tblk1);
-    if (na == kMaxBlocks && act_full[0] && act_full[na - 1]) {
-      PROF_BT(tblk0, tblk1, na);
-#ifdef OPENFIA_PREFILL_PROFILE
-      g_prof.per_bt1.push_back(double(tmid - tblk0) / na);
-      g_prof.per_bt2.push_back(double(tblk1 - tmid) / na);
-#endif
     }
   }
   _tile_release();
