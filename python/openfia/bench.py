@@ -469,8 +469,8 @@ def main(argv=None):
     targets = targets_text(results, lim, threads)
     note = roofline_png(results, lim, threads, out / "roofline.png")
     label = ("DEMO PRESET: every FIA sequence length is 1/8 of the issue's and B <= 4; the "
-             "sparse-operator rows (S*, V*) use reduced B, N, KV and top-k (they run on the fp64 "
-             "reference); these are not the full-size numbers (run --preset full)."
+             "sparse-operator rows (S*, V*) use reduced B, N, KV and top-k; these are not the "
+             "full-size numbers (run --preset full)."
              if args.preset == "demo" else "Full preset: the issue's exact shapes.")
     impls = sorted({r.get("impl") for r in results if r.get("impl")})
     notes = [r["note"] for r in results if r.get("note")]

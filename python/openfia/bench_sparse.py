@@ -17,8 +17,13 @@ BF16_U * (max|ref| + max|V|) of it elementwise: P is rounded to bf16 before P.V 
 max|V|) and the output is rounded once (<= u/2 of |out|); float32 accumulation over <= 2200 keys
 adds < u/32 of max|V|. A wrong selection, threshold, scale or sink is of the size of the output.
 
-These operators run on openfia's fp64 reference for now (the fast engine does not support them
-yet): their timings measure the reference. The demo preset therefore uses reduced sizes.
+KvQuantSparseFlashAttention (S1, S2) runs on the fast engine: with a bfloat16 query on CPUs
+with AMX-BF16, each tile of 64 selected rows is dequantized once to bf16 (int8 / fp8 / hifloat8
+times the per-128-channel scale, rounded as the operator does) and K, V and all query heads share
+it on AMX tiles (src/simd/amx_tile_dequant-inl.h); a float16 query takes the AVX-512 path with a
+vectorized per-tile dequant. The "openfia impl" column names what ran (probe_impl): "reference"
+marks an operator or call the engine does not take, timed on the fp64 reference (the demo
+preset keeps such rows short with reduced sizes).
 """
 from __future__ import annotations
 

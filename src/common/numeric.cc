@@ -397,22 +397,17 @@ int64_t ElemBits(Elem e) {
 namespace openfia::internal::cvt {
 
 // Tables for simd/scalar_convert.h (built on first use; static initialization is thread-safe).
-const float* Fp8E4M3Table() {
+template <float (*Decode)(uint8_t)>
+const float* DecodeTable() {
   static const auto table = [] {
     std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[c] = FP8E4M3ToF32(static_cast<uint8_t>(c));
+    for (int c = 0; c < 256; ++c) t[c] = Decode(static_cast<uint8_t>(c));
     return t;
   }();
   return table.data();
 }
 
-const float* HiF8Table() {
-  static const auto table = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[c] = HiF8ToF32(static_cast<uint8_t>(c));
-    return t;
-  }();
-  return table.data();
-}
+const float* Fp8E4M3Table() { return DecodeTable<FP8E4M3ToF32>(); }
+const float* HiF8Table() { return DecodeTable<HiF8ToF32>(); }
 
 }  // namespace openfia::internal::cvt

@@ -30,6 +30,11 @@ constexpr int kCB = OPENFIA_ATTEND_COLS;  // register block: vectors of columns
 #endif
 constexpr int W = V::kW;
 constexpr int64_t TN = kTileKeys;
+
+// The dedicated AMX decode kernel (simd/decode.h; C linkage so that this per-target namespace
+// can name it). The AVX-512 loop offers it every item first: it runs only under the AMX table.
+extern "C" bool OpenfiaAmxDecode(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                                 const RowStates& out);
 static_assert(TN % W == 0, "tile width must be a multiple of the vector width");
 
 // ---------------------------------------------------------------------------------------------
@@ -191,13 +196,20 @@ inline float LoadElem(const Operand& o, const TileDq& q, int64_t n, bool pre, co
 }
 
 // Vectorized antiquant of whole vectors of channels: int8 / int4 storage with unit channel
-// stride, a Dequant whose channel term is d * sd (no d_group, storage coordinates). Same fp32
-// operations in the same order as LoadElem ((x + offset) * scale, then the query-dtype
-// rounding), so the result is bitwise that of the scalar path.
+// stride and a Dequant whose channel term is d * sd (storage coordinates), or tile-quantized rows
+// (kPerTile: int8, fp8 e4m3 or hifloat8, d_group a multiple of W so that a vector of channels
+// shares one scale). Same fp32 operations in the same order as LoadElem ((x + offset) * scale,
+// the absent offset being 0.f, then the query-dtype rounding), so the result is bitwise that of
+// the scalar path.
+inline bool DqFloatElem(Elem e) { return e == Elem::kFP8E4M3 || e == Elem::kHiF8; }
+
 inline bool DqVecOk(const Operand& o, const Dequant* dq) {
-  return dq != nullptr && (o.elem == Elem::kI8 || o.elem == Elem::kI4) && o.sd == 1 &&
-         o.d_split == 0 && dq->d_group == 0 &&
-         dq->kind != Dequant::Kind::kPerTile && dq->kind != Dequant::Kind::kNone;
+  if (dq == nullptr || o.sd != 1 || o.d_split != 0) return false;
+  if (dq->kind == Dequant::Kind::kPerTile)
+    return (o.elem == Elem::kI8 || DqFloatElem(o.elem)) && dq->d_group > 0 &&
+           dq->d_group % W == 0;
+  return (o.elem == Elem::kI8 || o.elem == Elem::kI4) && dq->d_group == 0 &&
+         dq->kind != Dequant::Kind::kNone;
 }
 
 // W scale (or offset) values at idx, idx + sd, ...: a broadcast for sd == 0 (per token / head /
@@ -223,6 +235,8 @@ inline typename V::T LoadQuant(const void* base, Elem elem, int64_t e) {
   if (elem == Elem::kI8) {
     const int8_t* src = static_cast<const int8_t*>(base) + e;
     for (int c = 0; c < W; ++c) t[c] = static_cast<float>(src[c]);
+  } else if (DqFloatElem(elem)) {
+    for (int c = 0; c < W; ++c) t[c] = cvt::Load(base, elem, e + c);
   } else if (W % 2 == 0 && (e & 1) == 0) {  // int4, byte aligned: low nibble first
     const uint8_t* src = static_cast<const uint8_t*>(base) + (e >> 1);
     for (int c = 0; c < W / 2; ++c) {
@@ -241,8 +255,10 @@ inline typename V::T LoadRowDq(const Operand& o, const Dequant& dq, const TileDq
                                const void* base, int64_t off, int64_t d0) {
   typename V::T x = LoadQuant(base, o.elem, off + d0);
   const int64_t idx = dq.Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], d0);
-  if (dq.offset != nullptr) x = V::Add(x, LoadParam(dq.offset, dq.offset_elem, idx, dq.sd));
-  x = V::Mul(x, LoadParam(dq.scale, dq.scale_elem, idx, dq.sd));
+  const int64_t sd = dq.d_group > 0 ? 0 : dq.sd;  // a tile's W channels share one parameter
+  if (dq.offset != nullptr) x = V::Add(x, LoadParam(dq.offset, dq.offset_elem, idx, sd));
+  else if (DqFloatElem(o.elem)) x = V::Add(x, V::Zero());  // LoadElem's x + 0.f: -0 -> +0
+  x = V::Mul(x, LoadParam(dq.scale, dq.scale_elem, idx, sd));
   if (q.qe == Elem::kBF16) return V::RoundBF16(x);
   if (q.qe == Elem::kF16) return V::RoundF16(x);
   return x;
@@ -250,13 +266,17 @@ inline typename V::T LoadRowDq(const Operand& o, const Dequant& dq, const TileDq
 
 // The tile's rows prepared for the vectorized antiquant: every key in one operand with
 // DqVecOk, int4 rows byte aligned, and the scale / offset either one value per row (sd == 0:
-// per token / head / tensor) or one vector over the channels shared by all rows (per channel).
+// per token / head / tensor), one vector over the channels shared by all rows (per channel), or
+// one value per row and channel tile (kPerTile, at most kDqGroups tiles).
+constexpr int64_t kDqGroups = 16;
 struct DqRows {
-  const void* row[TN];  // int8: channel 0 of key n; int4: its byte
+  const void* row[TN];  // int8, fp8, hifloat8: channel 0 of key n; int4: its byte
   float s[TN], o[TN];   // per row
   alignas(64) float sc[1024], oc[1024];  // per channel
+  float sg[TN][kDqGroups], og[TN][kDqGroups];  // per row and channel tile
   Elem elem = Elem::kI8;
   bool per_row = true, has_off = false;
+  int64_t d_group = 0;  // > 0: per row and channel tile (sg / og)
   Elem qe = Elem::kF32;
 };
 
@@ -272,6 +292,22 @@ inline bool MakeDqRows(const KvOperand& kv, const void* const* base, const int64
   r->elem = o.elem;
   r->qe = q.qe;
   r->has_off = dq->offset != nullptr;
+  r->d_group = dq->kind == Dequant::Kind::kPerTile ? dq->d_group : 0;
+  if (r->d_group > 0) {
+    const int64_t groups = (D + r->d_group - 1) / r->d_group;
+    if (groups > kDqGroups) return false;
+    r->per_row = false;
+    for (int64_t n = 0; n < nk; ++n) {
+      r->row[n] = static_cast<const char*>(base[n]) + off[n];
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t idx =
+            dq->Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], g * r->d_group);
+        r->sg[n][g] = cvt::Load(dq->scale, dq->scale_elem, idx);
+        r->og[n][g] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx) : 0.f;
+      }
+    }
+    return true;
+  }
   r->per_row = dq->sd == 0;
   if (!r->per_row && (dq->sb != 0 || dq->ss != 0)) return false;  // per-row vectors: general path
   for (int64_t n = 0; n < nk; ++n) {
@@ -292,18 +328,34 @@ inline bool MakeDqRows(const KvOperand& kv, const void* const* base, const int64
   return true;
 }
 
-// W quantized channels starting at channel d0 (a multiple of W) of a prepared row, as f32.
+// W quantized channels starting at channel d0 (a multiple of W) of a prepared row, as f32. The
+// float formats decode through their 256-entry tables.
 template <Elem E>
 inline typename V::T LoadQ(const void* row, int64_t d0) {
-  if constexpr (E == Elem::kI8) return V::LoadI8(static_cast<const int8_t*>(row) + d0);
-  else if constexpr (W == 1) return V::Set1(cvt::Load(row, Elem::kI4, d0));
-  else return V::LoadI4(static_cast<const uint8_t*>(row) + d0 / 2);
+  if constexpr (E == Elem::kI8) {
+    return V::LoadI8(static_cast<const int8_t*>(row) + d0);
+  } else if constexpr (E == Elem::kFP8E4M3 || E == Elem::kHiF8) {
+    const float* table = E == Elem::kFP8E4M3 ? cvt::Fp8E4M3Table() : cvt::HiF8Table();
+    const uint8_t* src = static_cast<const uint8_t*>(row) + d0;
+    alignas(64) float t[W];
+    for (int c = 0; c < W; ++c) t[c] = table[src[c]];
+    return V::Load(t);
+  } else if constexpr (W == 1) {
+    return V::Set1(cvt::Load(row, Elem::kI4, d0));
+  } else {
+    return V::LoadI4(static_cast<const uint8_t*>(row) + d0 / 2);
+  }
 }
 
 template <Elem E>
 inline typename V::T DqAt(const DqRows& r, int64_t n, int64_t d0) {
   typename V::T x = LoadQ<E>(r.row[n], d0);
-  if (r.per_row) {
+  if (r.d_group > 0) {
+    const int64_t g = d0 / r.d_group;
+    if (r.has_off) x = V::Add(x, V::Set1(r.og[n][g]));
+    else if constexpr (E == Elem::kFP8E4M3 || E == Elem::kHiF8) x = V::Add(x, V::Zero());  // -0
+    x = V::Mul(x, V::Set1(r.sg[n][g]));
+  } else if (r.per_row) {
     if (r.has_off) x = V::Add(x, V::Set1(r.o[n]));
     x = V::Mul(x, V::Set1(r.s[n]));
   } else {
@@ -339,6 +391,25 @@ template <Elem E>
 inline void PackVDq(const DqRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
   for (int64_t n = 0; n < nk; ++n)
     for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(v + n * ld + d0, DqAt<E>(f, n, d0));
+}
+
+// PackKTDq / PackVDq for the storage format of f.
+inline void PackKTDqAny(const DqRows& f, int64_t nk, int64_t dfull, int64_t row0, float* kt) {
+  switch (f.elem) {
+    case Elem::kI8: return PackKTDq<Elem::kI8>(f, nk, dfull, row0, kt);
+    case Elem::kFP8E4M3: return PackKTDq<Elem::kFP8E4M3>(f, nk, dfull, row0, kt);
+    case Elem::kHiF8: return PackKTDq<Elem::kHiF8>(f, nk, dfull, row0, kt);
+    default: return PackKTDq<Elem::kI4>(f, nk, dfull, row0, kt);
+  }
+}
+
+inline void PackVDqAny(const DqRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
+  switch (f.elem) {
+    case Elem::kI8: return PackVDq<Elem::kI8>(f, nk, dfull, ld, v);
+    case Elem::kFP8E4M3: return PackVDq<Elem::kFP8E4M3>(f, nk, dfull, ld, v);
+    case Elem::kHiF8: return PackVDq<Elem::kHiF8>(f, nk, dfull, ld, v);
+    default: return PackVDq<Elem::kI4>(f, nk, dfull, ld, v);
+  }
 }
 
 // Prefetches the rows of keys [j0, j1) (row-contiguous storage only): decode streams K and V
@@ -426,8 +497,7 @@ inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* 
   const int64_t npad = (nk + W - 1) / W * W;
   const int64_t dfull = D / W * W;
   if (dq.any() && dq_rows != nullptr && MakeDqRows(kv, base, off, pre, nk, D, dq, dq_rows)) {
-    if (dq_rows->elem == Elem::kI8) PackKTDq<Elem::kI8>(*dq_rows, nk, dfull, row0, kt);
-    else PackKTDq<Elem::kI4>(*dq_rows, nk, dfull, row0, kt);
+    PackKTDqAny(*dq_rows, nk, dfull, row0, kt);
   } else if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
     switch ((pre[0] ? kv.prefix : kv.cache).elem) {
       case Elem::kF32: PackKTFast<Elem::kF32>(*fast, nk, D, row0, kt); break;
@@ -493,8 +563,7 @@ inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* o
                   FastRows* fast, const TileDq& dq, DqRows* dq_rows = nullptr) {
   const int64_t dfull = D / W * W;
   if (dq.any() && dq_rows != nullptr && MakeDqRows(kv, base, off, pre, nk, D, dq, dq_rows)) {
-    if (dq_rows->elem == Elem::kI8) PackVDq<Elem::kI8>(*dq_rows, nk, dfull, ld, v);
-    else PackVDq<Elem::kI4>(*dq_rows, nk, dfull, ld, v);
+    PackVDqAny(*dq_rows, nk, dfull, ld, v);
   } else if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
     switch ((pre[0] ? kv.prefix : kv.cache).elem) {
       case Elem::kF32: PackVFast<Elem::kF32>(*fast, nk, dfull, ld, v); break;
@@ -778,6 +847,9 @@ inline float ExpScalar(float x) {
 inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                        const RowStates& out) {
   if (p.full_quant) return AttendFullQuant(p, w, sc, out);
+  if constexpr (W == 16) {
+    if (OpenfiaAmxDecode(p, w, sc, out)) return;
+  }
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
@@ -886,8 +958,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                  MakeDqRows(Kx, sc.kbase, sc.koff, sc.kpre, nk, D, kdq, &dq_rows)) {
         // Antiquant decode: dequantize K row-major into kt (no transpose; D * TN floats fit) and
         // stream the scores over it as over an f32 cache; V is packed as below.
-        if (dq_rows.elem == Elem::kI8) PackVDq<Elem::kI8>(dq_rows, nk, D, D, sc.kt);
-        else PackVDq<Elem::kI4>(dq_rows, nk, D, D, sc.kt);
+        PackVDqAny(dq_rows, nk, D, D, sc.kt);
         for (int64_t n = 0; n < nk; ++n) fast.row[n] = sc.kt + n * D;
         for (int64_t k = 0; k * W < D; ++k) fast.doff[k] = k * W;
         StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s);

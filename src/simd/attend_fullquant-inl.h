@@ -75,20 +75,12 @@ inline void AttendFullQuant(const Problem& p, const WorkItem& w, EngineScratch& 
   };
   // K/V rows: ResolveKey gives element offsets into int8 storage; channels must be reachable
   // with one stride (EngineSupports requires no NZ split for full quantization).
-  const auto krow = [&](int64_t hk, int64_t j, int64_t* sd) {
+  const auto row8 = [&](const KvOperand& kv, int64_t hk, int64_t j, int64_t* sd) {
     const void* base;
     int64_t off;
     uint8_t pre_flag;
-    ResolveKey(p, p.k, b, hk, j, &base, &off, &pre_flag);
-    *sd = (pre_flag ? p.k.prefix : p.k.cache).sd;
-    return static_cast<const int8_t*>(base) + off;
-  };
-  const auto vrow = [&](int64_t hk, int64_t j, int64_t* sd) {
-    const void* base;
-    int64_t off;
-    uint8_t pre_flag;
-    ResolveKey(p, p.v, b, hk, j, &base, &off, &pre_flag);
-    *sd = (pre_flag ? p.v.prefix : p.v.cache).sd;
+    ResolveKey(p, kv, b, hk, j, &base, &off, &pre_flag);
+    *sd = (pre_flag ? kv.prefix : kv.cache).sd;
     return static_cast<const int8_t*>(base) + off;
   };
 
@@ -100,7 +92,7 @@ inline void AttendFullQuant(const Problem& p, const WorkItem& w, EngineScratch& 
       const int8_t* k8 = nullptr;
       for (int64_t rr = 0; rr < hrows; ++rr) {
         if (!visible(w.i0 + rr % nq, j)) continue;
-        if (k8 == nullptr) k8 = krow(hk, j, &ksd);
+        if (k8 == nullptr) k8 = row8(p.k, hk, j, &ksd);
         const int64_t r = hx * hrows + rr;
         const float s = score(r, j, k8, ksd);
         if (std::isnan(s) || std::isnan(out.m[r]))
@@ -131,8 +123,8 @@ inline void AttendFullQuant(const Problem& p, const WorkItem& w, EngineScratch& 
         const int64_t r = hx * hrows + rr;
         if (nan_row[r] || !visible(w.i0 + rr % nq, j)) continue;
         if (k8 == nullptr) {
-          k8 = krow(hk, j, &ksd);
-          v8 = vrow(hk, j, &vsd);
+          k8 = row8(p.k, hk, j, &ksd);
+          v8 = row8(p.v, hk, j, &vsd);
         }
         const float s = score(r, j, k8, ksd);
         const float e = F16Round(std::exp(s - out.m[r]));

@@ -5,7 +5,9 @@
 // d_v % 16 == 0. MLA rope (bf16 q_rope, bf16 row-contiguous k_rope) is appended after the nope
 // channels of the packed Q rows and K tiles, zero-padded to the next multiple of 32 channels: the
 // score is Q.K + Q_rope.K_rope like attend-inl.h (zero pairs add exact zeros). Every other item
-// goes to the AVX-512 table, so semantics never depend on it.
+// goes to the AVX-512 table, so semantics never depend on it. Items of per-tile quantized rows
+// (KvQuantSparseFlashAttention) take amx_tile_dequant-inl.h: each gathered row is dequantized to
+// bf16 once per tile and feeds both the K and the V tile.
 //
 // Per tile of kTileKeys keys (the same tiles, band skipping and boundary logic as attend-inl.h):
 //   S = Q K^T   TDPBF16PS: bf16 x bf16 products are exact in fp32, only the summation order
@@ -70,7 +72,9 @@ inline void LoadTileConfig() {
     c.colsb[t] = 64;
     c.rows[t] = 16;
   }
-  _tile_loadconfig(&c);
+  // Not _tile_loadconfig: GCC 12's version declares only the first 8 bytes of the config as its
+  // input, so the compiler may drop the stores of the rest (decode_amx.cc saw SIGILL at -O3).
+  __asm__ volatile("ldtilecfg %0" ::"m"(c));
 }
 
 // Whether the item's operands are what the tile path reads directly.
@@ -300,8 +304,11 @@ inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc
 }
 
 #include "simd/amx_prefill-inl.h"
+// Sparse items over tile-quantized rows (KvQuantSparseFlashAttention): AmxTileDqCan.
+#include "simd/amx_tile_dequant-inl.h"
 
 void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  if (AmxTileDqCan(p, w)) return AmxAttendTileDq(p, w, sc, out);
   if (!AmxCan(p, w)) return Avx512Kernels()->attend(p, w, sc, out);
   if (PrefillCan(p, w)) return AmxPrefill(p, w, sc, out);  // dense bf16 prefill, no rope
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -543,9 +550,12 @@ const KernelTable* AmxKernels() {
   }();
   return ok && Avx512Kernels() != nullptr ? &amx_target::kTable : nullptr;
 }
-bool AmxRunsItem(const Problem& p, const WorkItem& w) { return amx_target::AmxCan(p, w); }
+bool AmxRunsItem(const Problem& p, const WorkItem& w) {
+  return amx_target::AmxCan(p, w) || amx_target::AmxTileDqCan(p, w);
+}
 bool AmxRunsPrefill(const Problem& p, const WorkItem& w) {
-  return amx_target::AmxCan(p, w) && amx_target::PrefillCan(p, w);
+  return !amx_target::AmxTileDqCan(p, w) && amx_target::AmxCan(p, w) &&
+         amx_target::PrefillCan(p, w);
 }
 }  // namespace openfia::internal
 #else

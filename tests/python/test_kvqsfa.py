@@ -19,6 +19,10 @@ QMAX_INT64 = 2**63 - 1
 
 # ---- independent oracle ----------------------------------------------------------------------
 
+# Every test runs on the fp64 reference and on the engine (conftest.py both_impls).
+pytestmark = pytest.mark.usefixtures("both_impls")
+
+
 def nope_values(rows_u8: torch.Tensor, fmt: str) -> torch.Tensor:
     """float64 values of the nope bytes [..., 512] of uint8 rows."""
     b = rows_u8[..., :512].contiguous()

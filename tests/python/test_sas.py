@@ -20,6 +20,10 @@ from openfia.sas import (npu_sparse_attn_sharedkv, npu_sparse_attn_sharedkv_meta
 EPS = {torch.float32: 2.0 ** -23, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -10}
 
 
+# Every test runs on the fp64 reference and on the engine (conftest.py both_impls).
+pytestmark = pytest.mark.usefixtures("both_impls")
+
+
 def paged(seqs, block_size, d, dtype, gen):
     """Pages the per-batch [len, d] sequences into shuffled blocks; unused storage is NaN."""
     counts = [max(1, math.ceil(len(s) / block_size)) if len(s) else 0 for s in seqs]

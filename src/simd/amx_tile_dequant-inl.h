@@ -1,0 +1,252 @@
+// openfia internal: the AMX-BF16 path for sparse items over tile-quantized rows
+// (KvQuantSparseFlashAttention, problem.h Dequant::kPerTile), included by kernels_amx.cc inside
+// namespace openfia::internal::amx_target after PackK, PackV, ScoreTile, PvTile and
+// SoftmaxBlock16 (which it reuses).
+//
+// Per tile of kTileKeys selected keys (random rows of the cache):
+//   1. each row's d_qk quantized channels (int8, fp8 e4m3 or hifloat8) are dequantized ONCE into
+//      a bf16 staging row: x * scale[tile] in fp32, rounded to bf16 to nearest even. These are
+//      the operations and the rounding of attend-inl.h LoadElem (the reference's), bit for bit;
+//   2. K is packed from the staging rows (nope) and the rows' rope values (read in place), V from
+//      the same staging rows (K and V are the same dequantized memory, problem.h v == k), so one
+//      dequantization serves K, V and every query head of the item;
+//   3. scores, softmax and P V exactly as the dense AMX path (ScoreTile, SoftmaxBlock16, PvTile).
+// The rows of the next tile are prefetched while the current one is computed: a sparse list
+// jumps across the whole cache, which no hardware prefetcher follows.
+//
+// Sparse selection makes every listed key visible (no band, mask or pse applies), so every tile
+// is a plain one; the last, partial tile pads its scores with keys whose scaled score is -inf
+// (P = 0) and its K/V with zero rows.
+
+// Whether two operands address the same elements.
+inline bool SameOperand(const Operand& a, const Operand& b) {
+  return a.data == b.data && a.elem == b.elem && a.sb == b.sb && a.sh == b.sh && a.ss == b.ss &&
+         a.sd == b.sd && a.d_split == b.d_split && a.batch_data == b.batch_data;
+}
+
+inline bool SameDequant(const Dequant& a, const Dequant& b) {
+  return a.kind == b.kind && a.scale == b.scale && a.scale_elem == b.scale_elem &&
+         a.offset == b.offset && a.offset_elem == b.offset_elem && a.sb == b.sb && a.sh == b.sh &&
+         a.ss == b.ss && a.sd == b.sd && a.d_group == b.d_group && a.logical == b.logical;
+}
+
+// Whether item w of p runs on the tile-dequant path.
+inline bool AmxTileDqCan(const Problem& p, const WorkItem& w) {
+  if (p.key_offset.empty() || p.q.elem != Elem::kBF16) return false;
+  // 16-row blocks only (KvQuantSparseFlashAttention's head counts >= 16 are multiples of 16).
+  if (w.n_hk != 1 || w.rows() < 16 || w.rows() % 16 != 0) return false;
+  if (p.pse != nullptr || p.mask != nullptr || p.full_quant || p.prefix_len != 0 ||
+      p.k2.cache.present() || !p.key_source.empty())
+    return false;
+  const float scale = static_cast<float>(p.scale);
+  if (!std::isfinite(scale) || scale == 0.f) return false;  // the padding trick needs a sign
+  if (p.d_qk % 32 != 0 || p.d_qk > 1024 || p.d_v % 16 != 0 || p.d_v > p.d_qk) return false;
+  if (p.d_qk + p.d_rope > 1024) return false;
+  // The bf16 staging rows [TN][d_qk] live in sc.kt behind the packed K tile [D/2][TN] pairs.
+  const int64_t D = p.d_qk + (p.d_rope + 31) / 32 * 32;
+  if (2 * (p.d_qk + p.d_rope) < D + p.d_qk) return false;
+  const KvOperand& k = p.k;
+  const Elem e = k.cache.elem;
+  if (e != Elem::kI8 && e != Elem::kFP8E4M3 && e != Elem::kHiF8) return false;
+  if (k.cache.sd != 1 || k.cache.d_split != 0 || k.prefix.present()) return false;
+  const Dequant& dq = k.dequant;
+  if (dq.kind != Dequant::Kind::kPerTile || dq.scale_elem != Elem::kF32 || dq.offset != nullptr ||
+      dq.d_group <= 0 || dq.d_group % 32 != 0)
+    return false;
+  // V must be the same dequantized rows (KvQuantSparseFlashAttention: V = K_nope).
+  if (!SameOperand(p.v.cache, k.cache) || !SameDequant(p.v.dequant, dq) || p.v.prefix.present())
+    return false;
+  if (p.d_rope > 0) {
+    if (p.q_rope.elem != Elem::kBF16 || !RowContiguousBf16(p.k_rope.cache) ||
+        p.k_rope.dequant.kind != Dequant::Kind::kNone || p.k_rope.prefix.present())
+      return false;
+  }
+  return true;
+}
+
+// Where the fields of one selected key live.
+struct TileDqRows {
+  const uint8_t* nope[TN];   // quantized channel 0
+  const float* scale[TN];    // scale of channel tile 0 (tile t at scale[n] + t * sd)
+  const uint16_t* rope[TN];  // bf16 rope channel 0 (null without rope)
+};
+
+inline void ResolveTileDqRows(const Problem& p, const WorkItem& w, int64_t jt0, int64_t nk,
+                              TileDqRows* r) {
+  const Dequant& dq = p.k.dequant;
+  const float* scale = static_cast<const float*>(dq.scale);
+  for (int64_t n = 0; n < nk; ++n) {
+    const void* base;
+    int64_t off, coord[2];
+    uint8_t pre;
+    ResolveItemKey(p, p.k, p.k2, w, w.hk, jt0 + n, &base, &off, &pre, coord);
+    r->nope[n] = static_cast<const uint8_t*>(base) + off;  // one byte per element
+    r->scale[n] = scale + dq.Index(coord[0], w.hk, coord[1], 0);
+    r->rope[n] = nullptr;
+    if (p.d_rope > 0) {
+      ResolveItemKey(p, p.k_rope, p.k2, w, w.hk, jt0 + n, &base, &off, &pre);
+      r->rope[n] = static_cast<const uint16_t*>(base) + off;
+    }
+  }
+}
+
+inline void PrefetchTileDqRows(const TileDqRows& r, int64_t nk, int64_t dq_bytes,
+                               int64_t scale_bytes, int64_t rope_bytes) {
+  for (int64_t n = 0; n < nk; ++n) {
+    const char* a = reinterpret_cast<const char*>(r.nope[n]);
+    for (int64_t o = 0; o < dq_bytes; o += 64) __builtin_prefetch(a + o);
+    __builtin_prefetch(a + dq_bytes - 1);
+    const char* s = reinterpret_cast<const char*>(r.scale[n]);
+    __builtin_prefetch(s);
+    __builtin_prefetch(s + scale_bytes - 1);
+    if (r.rope[n] != nullptr) {
+      const char* q = reinterpret_cast<const char*>(r.rope[n]);
+      for (int64_t o = 0; o < rope_bytes; o += 64) __builtin_prefetch(q + o);
+      __builtin_prefetch(q + rope_bytes - 1);
+    }
+  }
+}
+
+// 16 quantized elements as f32, exactly as cvt::Load decodes them; `table` is the 256-entry
+// decoder of the float formats (unused for int8).
+template <Elem E>
+inline __m512 LoadQuant16(const uint8_t* src, const float* table) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  if constexpr (E == Elem::kI8) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+  } else {
+    // LoadElem adds the absent offset (0.f) before scaling: -0 + 0 = +0 (fp8 0x80) matters.
+    return _mm512_add_ps(_mm512_i32gather_ps(_mm512_cvtepu8_epi32(bytes), table, 4),
+                         _mm512_setzero_ps());
+  }
+}
+
+// Round-to-nearest-even bf16 bits of 16 floats, NaN kept quiet with its sign and payload top:
+// bitwise cvt::F32ToBF16 (also for subnormal inputs, which VCVTNEPS2BF16 would flush).
+inline __m256i ExactBf16(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
+                                                 lsb), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// dst[d] = bf16(x[d] * scale[(d / d_group) * sd]) for d < D (D % 32 == 0, d_group % 32 == 0).
+template <Elem E>
+inline void DequantRowBf16(const uint8_t* src, const float* scale, int64_t sd, int64_t d_group,
+                           int64_t D, const float* table, uint16_t* dst) {
+  // fpclass: QNaN | SNaN | denormal. Those lanes take the exact integer rounding (VCVTNE2PS2BF16
+  // flushes denormals; the scalar path keeps them).
+  constexpr int kOdd = 0x01 | 0x80 | 0x20;
+  for (int64_t d0 = 0; d0 < D; d0 += 32) {
+    const __m512 s = _mm512_set1_ps(scale[(d0 / d_group) * sd]);
+    const __m512 x0 = _mm512_mul_ps(LoadQuant16<E>(src + d0, table), s);
+    const __m512 x1 = _mm512_mul_ps(LoadQuant16<E>(src + d0 + 16, table), s);
+    __m512i y = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0));
+    if ((_mm512_fpclass_ps_mask(x0, kOdd) | _mm512_fpclass_ps_mask(x1, kOdd)) != 0)
+      y = _mm512_inserti64x4(_mm512_castsi256_si512(ExactBf16(x0)), ExactBf16(x1), 1);
+    _mm512_storeu_si512(dst + d0, y);
+  }
+}
+
+template <Elem E>
+inline void DequantTile(const TileDqRows& r, int64_t nk, const Dequant& dq, int64_t D,
+                        const float* table, uint16_t* stg) {
+  for (int64_t n = 0; n < nk; ++n)
+    DequantRowBf16<E>(r.nope[n], r.scale[n], dq.sd, dq.d_group, D, table, stg + n * D);
+}
+
+void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                     const RowStates& out) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
+  const int64_t Dn = p.d_qk, D = p.d_qk + (p.d_rope + 31) / 32 * 32, Dv = p.d_v;
+  const int64_t ldv = sc.dv_pad;
+  const float scale = static_cast<float>(p.scale);
+  for (int64_t r = 0; r < rows; ++r) {
+    out.m[r] = kNegInf;
+    out.l[r] = 0.f;
+    float* a = out.acc + r * out.acc_stride;
+    for (int64_t d = 0; d < ldv; ++d) a[d] = 0.f;
+  }
+  if (w.j0 >= w.j1) return;
+
+  // Scratch (AmxTileDqCan checked the room): sc.q the bf16 query rows [rows][D], sc.kt the
+  // packed K tile [D/2][TN] pairs followed by the staging rows [TN][Dn] bf16, sc.v the packed V
+  // tile [TN/2][Dv] pairs; P as bf16 over the first half of each fp32 score row of sc.s.
+  uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
+  uint32_t* kp = reinterpret_cast<uint32_t*>(sc.kt);
+  uint16_t* stg = reinterpret_cast<uint16_t*>(sc.kt + D / 2 * TN);
+  uint32_t* vp = reinterpret_cast<uint32_t*>(sc.v);
+  const int64_t ldp = 2 * TN;
+
+  const Dequant& dq = p.k.dequant;
+  const Elem ke = p.k.cache.elem;
+  const float* table = ke == Elem::kFP8E4M3 ? cvt::Fp8E4M3Table()
+                       : ke == Elem::kHiF8  ? cvt::HiF8Table()
+                                            : nullptr;
+  const int64_t scale_bytes = ((Dn - 1) / dq.d_group * dq.sd + 1) * 4;
+  TileDqRows rows_a, rows_b;
+  TileDqRows* cur = &rows_a;
+  TileDqRows* nxt = &rows_b;
+  const int64_t tile0 = w.j0 / TN * TN;
+  {
+    const int64_t jt0 = std::max(tile0, w.j0), nk = std::min(tile0 + TN, w.j1) - jt0;
+    ResolveTileDqRows(p, w, jt0, nk, cur);
+    PrefetchTileDqRows(*cur, nk, Dn, scale_bytes, p.d_rope * 2);
+  }
+
+  for (int64_t r = 0; r < rows; ++r) {
+    uint16_t* dst = qb + r * D;
+    const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+    const uint16_t* src = static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
+    if (p.q.sd == 1 && p.q.d_split == 0) {
+      std::memcpy(dst, src, Dn * 2);
+    } else {
+      for (int64_t d = 0; d < Dn; ++d) dst[d] = src[DOff(p.q, d)];
+    }
+    if (p.d_rope > 0) {
+      const uint16_t* rsrc =
+          static_cast<const uint16_t*>(p.q_rope.Base(b)) + p.q_rope.Offset(b, h, row, 0);
+      for (int64_t d = 0; d < p.d_rope; ++d) dst[Dn + d] = rsrc[DOff(p.q_rope, d)];
+    }
+    for (int64_t d = Dn + p.d_rope; d < D; ++d) dst[d] = 0;
+  }
+
+  const uint16_t* srow[TN];
+  for (int64_t n = 0; n < TN; ++n) srow[n] = stg + n * Dn;
+  // Padded keys of a partial tile: a score whose product with `scale` is -inf.
+  const float pad = scale > 0.f ? kNegInf : -kNegInf;
+  LoadTileConfig();
+  for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
+    const int64_t jt0 = std::max(t0, w.j0), nk = std::min(t0 + TN, w.j1) - jt0;
+    if (t0 + TN < w.j1) {
+      const int64_t nn = std::min(t0 + 2 * TN, w.j1) - (t0 + TN);
+      ResolveTileDqRows(p, w, t0 + TN, nn, nxt);
+      PrefetchTileDqRows(*nxt, nn, Dn, scale_bytes, p.d_rope * 2);
+    }
+    switch (ke) {
+      case Elem::kI8: DequantTile<Elem::kI8>(*cur, nk, dq, Dn, table, stg); break;
+      case Elem::kFP8E4M3: DequantTile<Elem::kFP8E4M3>(*cur, nk, dq, Dn, table, stg); break;
+      default: DequantTile<Elem::kHiF8>(*cur, nk, dq, Dn, table, stg); break;
+    }
+    PackK(srow, nk, Dn, kp);
+    if (p.d_rope > 0) PackK(cur->rope, nk, p.d_rope, kp + Dn / 2 * TN);
+    PackV(srow, nk, Dv, vp);
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) ScoreTile(qb + r0 * D, D, kp, D, sc.s + r0 * TN);
+    if (nk < TN) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t n = nk; n < TN; ++n) sc.s[r * TN + n] = pad;
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+      SoftmaxBlock16(sc.s + r0 * TN, scale, out.m + r0, out.l + r0,
+                     out.acc + r0 * out.acc_stride, out.acc_stride, ldv);
+      PvTile(reinterpret_cast<const uint16_t*>(sc.s + r0 * TN), ldp, vp, Dv,
+             out.acc + r0 * out.acc_stride, out.acc_stride);
+    }
+    std::swap(cur, nxt);
+  }
+  _tile_release();
+}

@@ -1,0 +1,687 @@
+// openfia: AMX-BF16 decode kernel (few query rows per KV head; see simd/decode.h).
+//
+// Decode reads every K/V byte for only G (GQA group x query rows, <= 16) rows, so the fp32 FMA
+// path spends ~64 FMAs per (key, KV head) and is compute-bound far below the memory bandwidth.
+// Here both products run on AMX tiles and the vector units only move data:
+//   S^T = K Q^T    A = 16 keys x 32 channels loaded straight from the cache rows (tile loads
+//                  take any row stride; paged or contiguous rows of one block are equally spaced),
+//                  B = the item's query rows as bf16 pairs (packed once per item), C = 16 x R f32;
+//   softmax        fp32, the same operations as attend-inl.h (scale, running max, exp, sum,
+//                  P rounded to bf16 per SPEC 2.6 before P.V);
+//   acc += P V     A = P (R rows x 32 keys bf16), B = two value rows interleaved word-wise
+//                  (VPUNPCKL/HWD; the output columns come permuted within 32-channel blocks and
+//                  are put back in order at the end of the item), C = a fresh tile added to the
+//                  fp32 row states on the vector units.
+// The P V steps of one KV head are issued interleaved with the score steps of the next, so the
+// two tile dependency chains overlap.
+// bf16 x bf16 products are exact in fp32; only the summation order differs from the FMA path.
+// AMX-BF16 treats bf16 subnormal inputs as zero and flushes subnormal results (see
+// kernels_amx.cc): far inside the bf16 tolerance. int8 / int4 antiquant operands are dequantized
+// on the way into the tiles: (x + offset) * scale in fp32 as attend-inl.h's DqAt computes it,
+// rounded to bf16 (the query dtype) by VCVTNE2PS2BF16.
+//
+// Items it runs: dense (no sparse lists, no second source), bf16 query, no rope, no pse, no
+// mask, no band cutting into the item's keys (every tile fully visible), <= 16 rows per KV head,
+// d_qk and d_v multiples of 32 (<= 512), K and V each bf16 row-contiguous or int8/int4 with a
+// vector-antiquant Dequant (no shared prefix then). Everything else returns false.
+//
+// Memory: the item's tiles are read in address order per head; the next tile's rows of every
+// head are prefetched into L2 while the current one is computed (one tile ahead), the first
+// tile at the start of the item.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "common/problem.h"
+#include "engine/plan.h"
+#include "simd/decode.h"
+#include "simd/scalar_convert.h"
+#include "simd/simd.h"
+
+#if defined(OPENFIA_HAVE_AMX)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+namespace openfia::internal::amx_decode {
+
+#include "simd/vec_avx512-inl.h"
+
+struct V : Avx512Vec {};
+
+// The generic loop's helpers (ResolveKey, MakeDqRows, DqAt, ExpScalar) for this target.
+#define OPENFIA_ATTEND_ROWS 6
+#define OPENFIA_ATTEND_COLS 4
+#include "simd/attend-inl.h"
+#undef OPENFIA_ATTEND_ROWS
+#undef OPENFIA_ATTEND_COLS
+
+static_assert(TN == 64, "the decode kernel tiles 64 keys as 4 groups of 16 / 2 steps of 32");
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// tmm0-1: score accumulators (16 keys x R f32), tmm2-3: K (16 keys x 32 channels bf16),
+// tmm4: Q^T pairs (16 channel pairs x R), tmm5: output accumulator (R x 16 f32),
+// tmm6: P (R x 32 keys bf16), tmm7: V pairs (16 key pairs x 16 channels x 2).
+inline void LoadConfig(int64_t R) {
+  TileConfig c;
+  std::memset(&c, 0, sizeof(c));
+  c.palette_id = 1;
+  const auto set = [&](int t, int rows, int colsb) {
+    c.rows[t] = static_cast<uint8_t>(rows);
+    c.colsb[t] = static_cast<uint16_t>(colsb);
+  };
+  set(0, 16, 4 * R);
+  set(1, 16, 4 * R);
+  set(2, 16, 64);
+  set(3, 16, 64);
+  set(4, 16, 4 * R);
+  set(5, R, 64);
+  set(6, R, 64);
+  set(7, 16, 64);
+  // Not _tile_loadconfig: GCC 12's version declares only the first 8 bytes of the config as its
+  // input, so the compiler may drop or sink the stores of the rest (seen: garbage rows/colsb and
+  // SIGILL on the first tile op in a -O3 build). Here the whole struct is the operand.
+  __asm__ volatile("ldtilecfg %0" ::"m"(c));
+}
+
+// Compiler barrier: GCC's tile load intrinsics do not declare that they read memory, so vector
+// stores into a buffer (packed K / V rows, P) could legally be moved after the tile load that
+// reads it. Every tile step starts with one.
+inline void MemoryBarrier() { __asm__ volatile("" ::: "memory"); }
+
+enum class Kind : uint8_t { kBf16, kDq };
+
+// How one of K / V is read, or false when the kernel does not run it.
+inline bool OperandKind(const KvOperand& kv, Kind* kind) {
+  const Operand& o = kv.cache;
+  if (o.sd != 1 || o.d_split != 0) return false;
+  if (kv.dequant.kind == Dequant::Kind::kNone) {
+    if (o.elem != Elem::kBF16) return false;
+    if (kv.prefix.present()) {
+      const Operand& x = kv.prefix;
+      if (kv.prefix_dequant.kind != Dequant::Kind::kNone || x.elem != Elem::kBF16 || x.sd != 1 ||
+          x.d_split != 0)
+        return false;
+    }
+    *kind = Kind::kBf16;
+    return true;
+  }
+  // Vector antiquant exactly as MakeDqRows accepts it, decided once for the item: no shared
+  // prefix, byte-aligned int4 rows, scales one per row or one vector shared by every row.
+  const Dequant& dq = kv.dequant;
+  if (kv.prefix.present() || !DqVecOk(o, &dq)) return false;
+  if (dq.sd != 0 && (dq.sb != 0 || dq.ss != 0)) return false;
+  if (o.elem == Elem::kI4 && ((o.sb | o.sh | o.ss) & 1) != 0) return false;
+  *kind = Kind::kDq;
+  return true;
+}
+
+inline bool Can(const Problem& p, const WorkItem& w, Kind* kk, Kind* vk) {
+  if (p.q.elem != Elem::kBF16 || p.d_rope > 0 || p.full_quant) return false;
+  if (!p.key_offset.empty() || p.k2.cache.present() || p.pse != nullptr || p.mask != nullptr)
+    return false;
+  const int64_t R = w.head_rows();
+  if (R < 1 || R > 16 || w.j0 >= w.j1) return false;
+  if (p.d_qk % 32 != 0 || p.d_v % 32 != 0 || p.d_qk > 512 || p.d_v > 512) return false;
+  if (R * p.d_v > 4096) return false;  // the scratch layout of Run
+  if (!OperandKind(p.k, kk) || !OperandKind(p.v, vk)) return false;
+  // Every tile fully visible: the band lets each row see every key of the item.
+  const auto at = [&](const std::vector<int64_t>& v) {
+    return v.empty() ? Problem::kNoBand : v[w.b];
+  };
+  const int64_t pre = at(p.band_pre), next = at(p.band_next);
+  return (w.i1 - 1) - pre <= w.j0 && w.j1 - 1 <= w.i0 + next;
+}
+
+// Storage rows of the keys of one tile, for KV head w.hk (head hk + x is x * sh further).
+struct TileRows {
+  const void* kb[TN];
+  int64_t ko[TN];
+  const void* vb[TN];
+  int64_t vo[TN];
+  uint8_t pre[TN];
+  int64_t kc[2 * TN];
+  int64_t vc[2 * TN];
+  // Byte address of head w.hk's row of key n, and the bytes from one KV head to the next.
+  const char* k0[TN];
+  const char* v0[TN];
+  int64_t kstep[TN], vstep[TN];
+  int64_t jt0 = 0, nk = 0;
+};
+
+inline int64_t ElemBits(Elem e) {
+  switch (e) {
+    case Elem::kF32: return 32;
+    case Elem::kF16: case Elem::kBF16: return 16;
+    case Elem::kI4: return 4;
+    default: return 8;
+  }
+}
+
+// Byte address of (row at element offset `off` of `base`) of head x of the operand.
+inline const char* RowPtr(const KvOperand& kv, const void* base, int64_t off, bool pre,
+                          int64_t x) {
+  const Operand& o = pre ? kv.prefix : kv.cache;
+  return static_cast<const char*>(base) + (off + x * o.sh) * ElemBits(o.elem) / 8;
+}
+
+inline void Resolve(const Problem& p, const WorkItem& w, int64_t t0, TileRows* t) {
+  t->jt0 = std::max(t0, w.j0);
+  t->nk = std::min(t0 + TN, w.j1) - t->jt0;
+  for (int64_t n = 0; n < t->nk; ++n) {
+    ResolveKey(p, p.k, w.b, w.hk, t->jt0 + n, &t->kb[n], &t->ko[n], &t->pre[n], t->kc + 2 * n);
+    ResolveKey(p, p.v, w.b, w.hk, t->jt0 + n, &t->vb[n], &t->vo[n], &t->pre[n], t->vc + 2 * n);
+    const bool pre = t->pre[n] != 0;
+    t->k0[n] = RowPtr(p.k, t->kb[n], t->ko[n], pre, 0);
+    t->v0[n] = RowPtr(p.v, t->vb[n], t->vo[n], pre, 0);
+    // Head steps are whole bytes: int4 operands have even strides (OperandKind).
+    const Operand& ko = pre ? p.k.prefix : p.k.cache;
+    const Operand& vo = pre ? p.v.prefix : p.v.cache;
+    t->kstep[n] = ko.sh * ElemBits(ko.elem) / 8;
+    t->vstep[n] = vo.sh * ElemBits(vo.elem) / 8;
+  }
+}
+
+// Prefetches (into L2) head x's K rows (v: V rows) of keys [n0, n1) of tile t. Issued a little
+// at a time between the current tile's work (a burst would hold every fill buffer and stall the
+// demand loads behind it).
+inline void Prefetch(const Problem& p, const TileRows& t, int64_t x, bool v, int64_t n0,
+                     int64_t n1) {
+  const KvOperand& kv = v ? p.v : p.k;
+  const int64_t bytes = (v ? p.d_v : p.d_qk) * ElemBits(kv.cache.elem) / 8;
+  for (int64_t n = n0; n < std::min(n1, t.nk); ++n) {
+    const char* r = v ? t.v0[n] + x * t.vstep[n] : t.k0[n] + x * t.kstep[n];
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T1);
+  }
+}
+
+// 16 f32 (bf16-exact) -> 16 bf16 bit patterns.
+inline __m256i Bf16Bits(__m512 x) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16));
+}
+
+// Antiquant of one operand (OperandKind accepted it): the scale / offset of each row of the
+// tile (Dequant::sd == 0: per token, token-head, tensor or head) or one vector over the channels
+// (per channel: depends on the head only), as attend-inl.h's DqRows but filled once per tile when
+// the row values do not depend on the head, with typed loads.
+struct DqOp {
+  const char* row[TN];  // channel 0 of key n of the current head (int4: its byte)
+  float s[TN], o[TN];
+  alignas(64) float sc[512], oc[512];
+  bool per_row = true, has_off = false;
+};
+
+inline float LoadParam1(const void* p, Elem e, int64_t i) {
+  switch (e) {
+    case Elem::kF32: return static_cast<const float*>(p)[i];
+    case Elem::kBF16: return cvt::BF16ToF32(static_cast<const uint16_t*>(p)[i]);
+    default: return cvt::Load(p, e, i);
+  }
+}
+
+inline __m512 LoadParam16(const void* p, Elem e, int64_t i) {
+  switch (e) {
+    case Elem::kF32: return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+    case Elem::kBF16: return V::LoadBF16(static_cast<const uint16_t*>(p) + i);
+    case Elem::kF16: return V::LoadF16(static_cast<const uint16_t*>(p) + i);
+    default: {
+      alignas(64) float t[16];
+      for (int c = 0; c < 16; ++c) t[c] = cvt::Load(p, e, i + c);
+      return _mm512_load_ps(t);
+    }
+  }
+}
+
+// Fills `r` for head x (KV head hk) of tile t; `coord` the tile's dequant coordinates.
+inline void FillDq(const KvOperand& kv, const char* const* row, const int64_t* coord, int64_t nk,
+                   int64_t D, int64_t x, int64_t hk, DqOp* r) {
+  const Dequant& dq = kv.dequant;
+  for (int64_t n = 0; n < nk; ++n) r->row[n] = row[n];
+  r->has_off = dq.offset != nullptr;
+  r->per_row = dq.sd == 0;
+  if (r->per_row) {
+    if (x > 0 && dq.sh == 0) return;  // the same values for every head
+    for (int64_t n = 0; n < nk; ++n) {
+      const int64_t i = dq.Index(coord[2 * n], hk, coord[2 * n + 1], 0);
+      r->s[n] = LoadParam1(dq.scale, dq.scale_elem, i);
+      r->o[n] = r->has_off ? LoadParam1(dq.offset, dq.offset_elem, i) : 0.f;
+    }
+  } else {
+    const int64_t i = dq.Index(0, hk, 0, 0);
+    for (int64_t d = 0; d < D; d += 16) {
+      _mm512_store_ps(r->sc + d, LoadParam16(dq.scale, dq.scale_elem, i + d));
+      _mm512_store_ps(r->oc + d, r->has_off ? LoadParam16(dq.offset, dq.offset_elem, i + d)
+                                            : _mm512_setzero_ps());
+    }
+  }
+}
+
+// 32 channels [d0, d0 + 32) of a dequantized row as bf16: (x + offset) * scale in fp32 as DqAt
+// computes it, rounded to bf16 by VCVTNE2PS2BF16 (round to nearest even like RoundBF16, except
+// that subnormal results become zero: TDPBF16PS reads bf16 subnormals as zero anyway).
+// Channels [d0, d0 + 32) of an int8 / int4 row as f32 (exact small integers). int4: 16 bytes,
+// low nibble first, sign-extended in 16-bit lanes; the in-lane word interleave leaves channels
+// 0-7 | 16-23 and 8-15 | 24-31, which one 128-bit lane swap puts in order.
+template <Elem E>
+inline void LoadQ32(const char* row, int64_t d0, __m512* lo, __m512* hi) {
+  if constexpr (E == Elem::kI8) {
+    *lo = V::LoadI8(reinterpret_cast<const int8_t*>(row) + d0);
+    *hi = V::LoadI8(reinterpret_cast<const int8_t*>(row) + d0 + 16);
+  } else {
+    const __m256i w =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d0 / 2)));
+    const __m256i l = _mm256_srai_epi16(_mm256_slli_epi16(w, 12), 12);
+    const __m256i h = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 12);
+    const __m256i a = _mm256_unpacklo_epi16(l, h), b = _mm256_unpackhi_epi16(l, h);
+    *lo = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_permute2x128_si256(a, b, 0x20)));
+    *hi = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_permute2x128_si256(a, b, 0x31)));
+  }
+}
+
+template <Elem E, int M>  // M: bit 0 an offset, bit 1 per-channel (else per-row) parameters
+inline __m512i DqPair(const DqOp& r, int64_t n, int64_t d0) {
+  constexpr bool kOff = (M & 1) != 0, kChan = (M & 2) != 0;
+  __m512 lo, hi;
+  LoadQ32<E>(r.row[n], d0, &lo, &hi);
+  if constexpr (kChan) {
+    if constexpr (kOff) {
+      lo = _mm512_add_ps(lo, _mm512_load_ps(r.oc + d0));
+      hi = _mm512_add_ps(hi, _mm512_load_ps(r.oc + d0 + 16));
+    }
+    lo = _mm512_mul_ps(lo, _mm512_load_ps(r.sc + d0));
+    hi = _mm512_mul_ps(hi, _mm512_load_ps(r.sc + d0 + 16));
+  } else {
+    if constexpr (kOff) {
+      const __m512 o = _mm512_set1_ps(r.o[n]);
+      lo = _mm512_add_ps(lo, o);
+      hi = _mm512_add_ps(hi, o);
+    }
+    const __m512 sc = _mm512_set1_ps(r.s[n]);
+    lo = _mm512_mul_ps(lo, sc);
+    hi = _mm512_mul_ps(hi, sc);
+  }
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+inline int DqMode(const DqOp& r) { return (r.has_off ? 1 : 0) | (r.per_row ? 0 : 2); }
+
+// Rows [n0, n0 + 16) of the tile (zero past nk) as bf16 rows of D channels at dst.
+template <Elem E, int M>
+inline void DqRowsBf16(const DqOp& r, int64_t n0, int64_t nk, int64_t D, uint16_t* dst) {
+  for (int64_t i = 0; i < 16; ++i, dst += D) {
+    if (n0 + i >= nk) {
+      std::memset(dst, 0, D * 2);
+      continue;
+    }
+    for (int64_t d0 = 0; d0 < D; d0 += 32)
+      _mm512_storeu_si512(dst + d0, DqPair<E, M>(r, n0 + i, d0));
+  }
+}
+
+template <Elem E>
+inline void DqRowsBf16(const DqOp& r, int64_t n0, int64_t nk, int64_t D, uint16_t* dst) {
+  switch (DqMode(r)) {
+    case 0: return DqRowsBf16<E, 0>(r, n0, nk, D, dst);
+    case 1: return DqRowsBf16<E, 1>(r, n0, nk, D, dst);
+    case 2: return DqRowsBf16<E, 2>(r, n0, nk, D, dst);
+    default: return DqRowsBf16<E, 3>(r, n0, nk, D, dst);
+  }
+}
+
+// 32 bf16 channels [c0, c0 + 32) of value n (bf16 row or dequantized).
+template <Kind K, Elem E, int M>
+inline __m512i VChunk(const char* row, const DqOp& r, int64_t n, int64_t c0) {
+  if constexpr (K == Kind::kBf16) {
+    return _mm512_loadu_si512(row + 2 * c0);
+  } else {
+    return DqPair<E, M>(r, n, c0);
+  }
+}
+
+// The B operands of acc += P V (zero past nk): tile (kk, cb) row i holds, for 16 output columns
+// j, channel Chan(cb, j) of values 32kk + 2i and 32kk + 2i + 1. VPUNPCKL/HWD interleave two rows
+// within 128-bit lanes (1 uop each, where a full-width word permute is 3), so the columns of a
+// 32-channel block come permuted: the row states hold that order while the item runs and
+// Unpermute restores it at the end.
+inline int64_t Chan(int64_t cb, int64_t j) {
+  return 32 * (cb / 2) + 8 * (j / 4) + 4 * (cb % 2) + j % 4;
+}
+
+inline void Unpermute(float* acc, int64_t rows, int64_t lda, int64_t Dv) {
+  alignas(64) float t[32];
+  for (int64_t r = 0; r < rows; ++r) {
+    float* a = acc + r * lda;
+    for (int64_t c0 = 0; c0 < Dv; c0 += 32) {
+      std::memcpy(t, a + c0, sizeof(t));
+      for (int64_t k = 0; k < 32; ++k) a[Chan(c0 / 16 + k / 16, k % 16)] = t[k];
+    }
+  }
+}
+
+template <Kind K, Elem E, int M>
+inline void PackV(const char* const* vrow, const DqOp& r, int64_t nk, int64_t Dv, uint16_t* vp,
+                  const Problem& p, const TileRows* next, int64_t x) {
+  const int64_t ncb = Dv / 16;
+  for (int64_t i = 0; i < TN / 2; ++i) {
+    const int64_t n = 2 * i, kk = i / 16, ri = i % 16;
+    uint16_t* dst = vp + kk * ncb * 512 + ri * 32;
+    if (next != nullptr && i % 4 == 0) Prefetch(p, *next, x, true, n, n + 8);
+    if (n >= nk) {
+      for (int64_t cb = 0; cb < ncb; ++cb)
+        _mm512_storeu_si512(dst + cb * 512, _mm512_setzero_si512());
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < Dv; c0 += 32) {
+      const __m512i a = VChunk<K, E, M>(vrow[n], r, n, c0);
+      const __m512i b = n + 1 < nk ? VChunk<K, E, M>(vrow[n + 1], r, n + 1, c0)
+                                   : _mm512_setzero_si512();
+      const int64_t cb = c0 / 16;
+      _mm512_storeu_si512(dst + cb * 512, _mm512_unpacklo_epi16(a, b));
+      _mm512_storeu_si512(dst + (cb + 1) * 512, _mm512_unpackhi_epi16(a, b));
+    }
+  }
+}
+
+template <Kind K, Elem E>
+inline void PackV(const char* const* vrow, const DqOp& r, int64_t nk, int64_t Dv, uint16_t* vp,
+                  const Problem& p, const TileRows* next, int64_t x) {
+  if constexpr (K == Kind::kBf16) return PackV<K, E, 0>(vrow, r, nk, Dv, vp, p, next, x);
+  switch (DqMode(r)) {
+    case 0: return PackV<K, E, 0>(vrow, r, nk, Dv, vp, p, next, x);
+    case 1: return PackV<K, E, 1>(vrow, r, nk, Dv, vp, p, next, x);
+    case 2: return PackV<K, E, 2>(vrow, r, nk, Dv, vp, p, next, x);
+    default: return PackV<K, E, 3>(vrow, r, nk, Dv, vp, p, next, x);
+  }
+}
+
+template <Kind KK, Elem KE, Kind VK, Elem VE>
+void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), R = w.head_rows();
+  const int64_t D = p.d_qk, Dv = p.d_v, ldv = sc.dv_pad;
+  const float scale = static_cast<float>(p.scale);
+
+  for (int64_t r = 0; r < w.rows(); ++r) {
+    out.m[r] = kNegInf;
+    out.l[r] = 0.f;
+    float* a = out.acc + r * out.acc_stride;
+    for (int64_t d = 0; d < ldv; ++d) a[d] = 0.f;
+  }
+
+  // Scratch (sizes from ScratchBuffer): sc.q the Q^T pairs of every head [n_hk][D/2][R][2];
+  // sc.s the scores [TN][R], the scaled rows [R][TN] and P [R][TN] bf16; sc.kt the gathered or
+  // dequantized K rows [TN][D] bf16; sc.v the packed V tile (2 x Dv/16 tiles of 1 KiB).
+  uint16_t* qt = reinterpret_cast<uint16_t*>(sc.q);
+  float* st = sc.s;
+  float* srow = sc.s + TN * 16;
+  uint16_t* pb = reinterpret_cast<uint16_t*>(sc.s + 2 * TN * 16);
+  uint16_t* kbuf = reinterpret_cast<uint16_t*>(sc.kt);  // [2 heads][TN][D]
+  float* pv = sc.s + 4096;                                // [R][Dv] (Can: R * Dv <= 4096)
+  uint16_t* vpb = reinterpret_cast<uint16_t*>(sc.v);     // [2 heads][TN / 32][Dv / 16][512]
+
+  const uint16_t* q16 = static_cast<const uint16_t*>(p.q.Base(b));
+  for (int64_t x = 0; x < w.n_hk; ++x) {
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t h = (w.hk + x) * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+      const int64_t qo = p.q.Offset(b, h, row, 0);
+      uint16_t* dst = qt + x * D * R + 2 * r;  // pair d / 2 of row r at (d / 2) * 2R + 2r
+      if (p.q.sd == 1 && p.q.d_split == 0) {  // channel pairs are adjacent: copy them whole
+        for (int64_t d = 0; d < D; d += 2) std::memcpy(dst + d * R, q16 + qo + d, 4);
+      } else {
+        for (int64_t d = 0; d < D; ++d) dst[(d / 2) * 2 * R + (d & 1)] = q16[qo + DOff(p.q, d)];
+      }
+    }
+  }
+
+  TileRows rows[2];
+  DqOp kdq, vdq;
+  const char* krow[TN];
+  const char* vrow[TN];
+  const int64_t tile0 = w.j0 / TN * TN;
+  Resolve(p, w, tile0, &rows[0]);
+  for (int64_t x = 0; x < w.n_hk; ++x) {
+    Prefetch(p, rows[0], x, false, 0, TN);
+    Prefetch(p, rows[0], x, true, 0, TN);
+  }
+  LoadConfig(R);
+  int cur = 0;
+  for (int64_t t0 = tile0; t0 < w.j1; t0 += TN, cur ^= 1) {
+    const TileRows& t = rows[cur];
+    TileRows& nt = rows[cur ^ 1];
+    const bool has_next = t0 + TN < w.j1;
+    if (has_next) Resolve(p, w, t0 + TN, &nt);
+    const int64_t nk = t.nk, ng = (nk + 15) / 16;
+    // Equal spacing of each group of 16 keys (then K tiles load straight from the cache).
+    int64_t kstride[TN / 16];
+    for (int64_t g = 0; g < ng; ++g) {
+      kstride[g] = 0;
+      if constexpr (KK == Kind::kBf16) {
+        const int64_t n0 = 16 * g;
+        if (n0 + 16 > nk) continue;
+        const char* r0 = t.k0[n0];
+        const int64_t s = t.k0[n0 + 1] - r0;
+        bool eq = s > 0;
+        for (int64_t n = 1; n < 16 && eq; ++n)
+          eq = t.k0[n0 + n] == r0 + n * s && t.kstep[n0 + n] == t.kstep[n0];
+        if (eq) kstride[g] = s;
+      }
+    }
+
+    // Per head: S^T (tile steps), softmax, V packing, P V (tile steps). The P V steps of head x
+    // are issued interleaved with the score steps of head x + 1: two independent tile chains,
+    // so each one's latency hides behind the other's.
+    // K of head x and V of head x + 1 are staged (gathered / dequantized / packed) one head
+    // ahead into buffers of the head's parity, so their stores have drained before the tile
+    // loads read them.
+    const char* kg[2][TN / 16];
+    int64_t ks[2][TN / 16];
+    const int64_t nc = D / 32, nsteps = (ng + 1) / 2 * nc;
+    const int64_t ncb = Dv / 16, nkk = (nk + 31) / 32;
+    // Group g's K rows: straight from the cache when equally spaced, else gathered or
+    // dequantized into the head's buffer.
+    const auto stage_k = [&](int64_t x) {
+      for (int64_t n = 0; n < nk; ++n) krow[n] = t.k0[n] + x * t.kstep[n];
+      if constexpr (KK == Kind::kDq) FillDq(p.k, krow, t.kc, nk, D, x, w.hk + x, &kdq);
+      for (int64_t g = 0; g < ng; ++g) {
+        if (kstride[g] != 0) {
+          kg[x % 2][g] = krow[16 * g];
+          ks[x % 2][g] = kstride[g];
+          continue;
+        }
+        uint16_t* dst = kbuf + ((x % 2) * TN + 16 * g) * D;
+        if constexpr (KK == Kind::kBf16) {
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t n = 16 * g + i;
+            if (n >= nk) std::memset(dst + i * D, 0, D * 2);
+            else std::memcpy(dst + i * D, krow[n], D * 2);
+          }
+        } else {
+          DqRowsBf16<KE>(kdq, 16 * g, nk, D, dst);
+        }
+        kg[x % 2][g] = reinterpret_cast<const char*>(dst);
+        ks[x % 2][g] = D * 2;
+      }
+    };
+    const auto stage_v = [&](int64_t x) {
+      for (int64_t n = 0; n < nk; ++n) vrow[n] = t.v0[n] + x * t.vstep[n];
+      if constexpr (VK == Kind::kDq) FillDq(p.v, vrow, t.vc, nk, Dv, x, w.hk + x, &vdq);
+      PackV<VK, VE>(vrow, vdq, nk, Dv, vpb + (x % 2) * TN * Dv, p, has_next ? &nt : nullptr, x);
+    };
+    // ---- S^T = K Q^T: step i of head x (group pair i / nc, channels 32 (i % nc)) ----
+    const auto score_step = [&](int64_t x, int64_t i) {
+      MemoryBarrier();
+      const int64_t g = 2 * (i / nc), c = 32 * (i % nc);
+      const bool two = g + 1 < ng;
+      const char* const* kgx = kg[x % 2];
+      const int64_t* ksx = ks[x % 2];
+      if (c == 0) {
+        if (has_next) Prefetch(p, nt, x, false, 16 * g, 16 * g + 32);
+        _tile_zero(0);
+        if (two) _tile_zero(1);
+      }
+      _tile_loadd(4, qt + x * D * R + c * R, 4 * R);
+      _tile_loadd(2, kgx[g] + 2 * c, ksx[g]);
+      _tile_dpbf16ps(0, 2, 4);
+      if (two) {
+        _tile_loadd(3, kgx[g + 1] + 2 * c, ksx[g + 1]);
+        _tile_dpbf16ps(1, 3, 4);
+      }
+      if (c + 32 == D) {
+        _tile_stored(0, st + 16 * g * R, 4 * R);
+        if (two) _tile_stored(1, st + 16 * (g + 1) * R, 4 * R);
+      }
+    };
+    // ---- P V: step cb (16 output columns) of head x, into pv (a fresh accumulator: no
+    // dependence on the row states' previous store); acc += pv on the vector units ----
+    const auto pv_step = [&](int64_t x, int64_t cb) {
+      MemoryBarrier();
+      const uint16_t* vp = vpb + (x % 2) * TN * Dv;
+      _tile_zero(5);
+      for (int64_t kk = 0; kk < nkk; ++kk) {
+        _tile_loadd(6, pb + 32 * kk, TN * 2);
+        _tile_loadd(7, vp + (kk * ncb + cb) * 512, 64);
+        _tile_dpbf16ps(5, 6, 7);
+      }
+      _tile_stored(5, pv + 16 * cb, Dv * 4);
+    };
+
+    stage_k(0);
+    stage_v(0);
+    if (w.n_hk > 1) stage_k(1);
+    for (int64_t i = 0; i < nsteps; ++i) score_step(0, i);
+    for (int64_t x = 0; x < w.n_hk; ++x) {
+      float* m = out.m + x * R;
+      float* l = out.l + x * R;
+      float* acc = out.acc + x * R * out.acc_stride;
+
+      // ---- online softmax: attend-inl.h's operations, P rounded to bf16 ----
+      for (int64_t r = 0; r < R; ++r) {
+        // Row r's scores out of the [key][R] tile store: for R = 4 (the Llama GQA group) and a
+        // full tile, lanes r, r + 4, ... of four vectors per 16 keys by two word permutes and
+        // one lane shuffle; else element by element.
+        __m512 sr[TN / 16];
+        if (R == 4 && nk == TN) {
+          const __m512i idx = _mm512_add_epi32(
+              _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 28, 24, 20, 16, 12, 8, 4, 0),
+              _mm512_set1_epi32(static_cast<int>(r)));
+          for (int k = 0; k < TN / 16; ++k) {
+            const float* z = st + 64 * k;
+            const __m512 lo =
+                _mm512_permutex2var_ps(_mm512_loadu_ps(z), idx, _mm512_loadu_ps(z + 16));
+            const __m512 hi =
+                _mm512_permutex2var_ps(_mm512_loadu_ps(z + 32), idx, _mm512_loadu_ps(z + 48));
+            sr[k] = _mm512_shuffle_f32x4(lo, hi, 0x44);
+          }
+        } else {
+          float* s = srow + r * TN;
+          for (int64_t n = 0; n < nk; ++n) s[n] = st[n * R + r];
+          for (int k = 0; k < TN / 16; ++k) sr[k] = _mm512_loadu_ps(s + 16 * k);
+        }
+        const __m512 vscale = _mm512_set1_ps(scale);
+        __m512 xs[TN / 16];
+        __m512 vm = _mm512_set1_ps(kNegInf);
+        for (int k = 0; k < TN / 16; ++k) {
+          const __mmask16 live =
+              static_cast<__mmask16>(nk >= 16 * (k + 1) ? 0xFFFF
+                                     : nk <= 16 * k    ? 0
+                                                       : (1u << (nk - 16 * k)) - 1);
+          xs[k] = _mm512_mask_mul_ps(_mm512_set1_ps(kNegInf), live, sr[k], vscale);
+          vm = _mm512_max_ps(vm, xs[k]);
+        }
+        const float m_old = m[r];
+        const float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
+        uint16_t* pr = pb + r * TN;
+        if (m_new == kNegInf) {  // nothing finite yet: P = 0
+          std::memset(pr, 0, TN * 2);
+          continue;
+        }
+        const __m512 vmn = _mm512_set1_ps(m_new);
+        __m512 vsum = _mm512_setzero_ps();
+        for (int k = 0; k < TN / 16; ++k) {
+          const __m512 e = V::Exp(_mm512_sub_ps(xs[k], vmn));
+          vsum = _mm512_add_ps(vsum, e);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + 16 * k),
+                              Bf16Bits(V::RoundBF16(e)));
+        }
+        const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
+        l[r] = l[r] * alpha + _mm512_reduce_add_ps(vsum);
+        m[r] = m_new;
+        if (alpha != 1.f) {
+          float* a = acc + r * out.acc_stride;
+          const __m512 va = _mm512_set1_ps(alpha);
+          for (int64_t d = 0; d < ldv; d += 16)
+            _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+        }
+      }
+
+      const bool more = x + 1 < w.n_hk;
+      for (int64_t i = 0; i < std::max(ncb, more ? nsteps : 0); ++i) {
+        if (i < ncb) pv_step(x, i);
+        if (more && i < nsteps) score_step(x + 1, i);
+      }
+      if (more) stage_v(x + 1);
+      if (x + 2 < w.n_hk) stage_k(x + 2);
+      for (int64_t r = 0; r < R; ++r) {
+        float* a = acc + r * out.acc_stride;
+        const float* pt = pv + r * Dv;
+        for (int64_t d = 0; d < Dv; d += 16)
+          _mm512_storeu_ps(a + d, _mm512_add_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(pt + d)));
+      }
+    }
+  }
+  _tile_release();
+  Unpermute(out.acc, w.rows(), out.acc_stride, Dv);
+}
+
+using RunFn = void (*)(const Problem&, const WorkItem&, EngineScratch&, const RowStates&);
+
+template <Kind KK, Elem KE>
+RunFn PickV(Kind vk, Elem ve) {
+  if (vk == Kind::kBf16) return &Run<KK, KE, Kind::kBf16, Elem::kBF16>;
+  if (ve == Elem::kI8) return &Run<KK, KE, Kind::kDq, Elem::kI8>;
+  return &Run<KK, KE, Kind::kDq, Elem::kI4>;
+}
+
+RunFn Pick(const Problem& p, Kind kk, Kind vk) {
+  const Elem ke = p.k.cache.elem, ve = p.v.cache.elem;
+  if (kk == Kind::kBf16) return PickV<Kind::kBf16, Elem::kBF16>(vk, ve);
+  if (ke == Elem::kI8) return PickV<Kind::kDq, Elem::kI8>(vk, ve);
+  return PickV<Kind::kDq, Elem::kI4>(vk, ve);
+}
+
+bool Active() { return AmxKernels() != nullptr && &ActiveKernels() == AmxKernels(); }
+
+}  // namespace openfia::internal::amx_decode
+
+namespace openfia::internal {
+extern "C" bool OpenfiaAmxDecodeCan(const Problem& p, const WorkItem& w) {
+  amx_decode::Kind kk, vk;
+  return amx_decode::Can(p, w, &kk, &vk) && AmxKernels() != nullptr;
+}
+extern "C" bool OpenfiaAmxDecode(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                                 const RowStates& out) {
+  amx_decode::Kind kk, vk;
+  if (!amx_decode::Can(p, w, &kk, &vk) || !amx_decode::Active()) return false;
+  amx_decode::Pick(p, kk, vk)(p, w, sc, out);
+  return true;
+}
+}  // namespace openfia::internal
+#else
+namespace openfia::internal {
+extern "C" bool OpenfiaAmxDecodeCan(const Problem&, const WorkItem&) { return false; }
+extern "C" bool OpenfiaAmxDecode(const Problem&, const WorkItem&, EngineScratch&,
+                                 const RowStates&) {
+  return false;
+}
+}  // namespace openfia::internal
+#endif
