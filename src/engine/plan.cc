@@ -17,13 +17,32 @@ constexpr int64_t kMultiHeadRows = 16;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Dense prefill items may hold up to kMaxRows rows (MakePlan); everything else kItemRows.
+bool BigItems(const Problem& p) {
+  return p.key_offset.empty() && !p.full_quant && p.d_rope == 0 && p.group() <= kItemRows;
+}
+
+// The most rows an item of p can have (sizes the scratch).
+int64_t MaxItemRows(const Problem& p) {
+  if (!BigItems(p)) return kItemRows;
+  for (int64_t nq : p.q_len)
+    if (nq * p.group() > kItemRows) return kMaxRows;
+  return kItemRows;
+}
+
 }  // namespace
 
 Plan MakePlan(const Problem& p) {
   Plan plan;
   const int64_t G = p.group();
-  const int64_t g_chunk = std::min(G, kMaxRows);
-  const int64_t q_tile = std::max<int64_t>(1, kMaxRows / g_chunk);
+  const int64_t g_chunk = std::min(G, kItemRows);
+  const int64_t q_tile = std::max<int64_t>(1, kItemRows / g_chunk);
+  // Dense prefill (more than kItemRows rows per KV head, whole groups): items of up to kMaxRows
+  // rows, the query count a multiple of 16 when it can be, so that the 16-row blocks of the AMX
+  // prefill kernel (amx_prefill-inl.h) hold consecutive queries of one head. Not for MLA rope or
+  // int8 full quantization, which keep kItemRows.
+  const bool big = BigItems(p);
+  const int64_t q_big = kMaxRows / G >= 16 ? kMaxRows / G / 16 * 16 : kMaxRows / G;
 
   std::vector<WorkItem> base;
   if (!p.key_offset.empty()) {
@@ -56,12 +75,13 @@ Plan MakePlan(const Problem& p) {
     // Decode (few rows per KV head): one item covers kv_heads KV heads, so a tile reads whole
     // token rows of a [block, block_size, H_kv * D] cache instead of a 2 KB-strided slice per head.
     const int64_t head_rows = std::max<int64_t>(1, G * std::min<int64_t>(nq, q_tile));
-    const int64_t kv_heads = G <= kMaxRows && nq * G <= kMultiHeadRows
-                                 ? std::max<int64_t>(1, std::min(p.h_kv, kMaxRows / head_rows))
+    const int64_t kv_heads = G <= kItemRows && nq * G <= kMultiHeadRows
+                                 ? std::max<int64_t>(1, std::min(p.h_kv, kItemRows / head_rows))
                                  : 1;
+    const int64_t qt = big && nq * G > kItemRows ? q_big : q_tile;
     for (int64_t hk = 0; hk < p.h_kv; hk += kv_heads) {
       for (int64_t g0 = 0; g0 < G; g0 += g_chunk) {
-        for (int64_t i0 = 0; i0 < nq; i0 += q_tile) {
+        for (int64_t i0 = 0; i0 < nq; i0 += qt) {
           WorkItem w;
           w.b = b;
           w.hk = hk;
@@ -69,7 +89,7 @@ Plan MakePlan(const Problem& p) {
           w.g0 = g0;
           w.g1 = std::min(G, g0 + g_chunk);
           w.i0 = i0;
-          w.i1 = std::min(nq, i0 + q_tile);
+          w.i1 = std::min(nq, i0 + qt);
           // Keys some row of the tile can see: [i0 - pre, i1 - 1 + next] within [0, kvt).
           w.j0 = std::max<int64_t>(0, w.i0 - pre);
           w.j1 = std::min<int64_t>(kvt, w.i1 - 1 + next + 1);
@@ -80,9 +100,11 @@ Plan MakePlan(const Problem& p) {
     }
   }
 
-  const int64_t want = static_cast<int64_t>(base.size()) < kSplitItems
-                           ? CeilDiv(kSplitItems, std::max<int64_t>(1, base.size()))
-                           : 1;
+  // The work of the items counted in kItemRows-row units: a few large prefill items already
+  // give every core work (and splitting them costs a split workspace of S_q rows and a merge).
+  int64_t units = 0;
+  for (const WorkItem& w : base) units += CeilDiv(std::max<int64_t>(1, w.rows()), kItemRows);
+  const int64_t want = units < kSplitItems ? CeilDiv(kSplitItems, std::max<int64_t>(1, units)) : 1;
   for (const WorkItem& w : base) {
     // Tiles on the absolute grid of kTileKeys (paged blocks and causal diagonals line up).
     const int64_t t_first = w.j0 / kTileKeys, t_end = CeilDiv(w.j1, kTileKeys);
@@ -114,9 +136,10 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   s.dk = p.d_qk + p.d_rope;
   s.dk_pad = (s.dk + 15) / 16 * 16;
   s.dv_pad = (p.d_v + 15) / 16 * 16;
-  const int64_t nq = kMaxRows * s.dk_pad, nkt = s.dk * kTileKeys + 16,
-                nv = kTileKeys * s.dv_pad, ns = kMaxRows * kTileKeys,
-                nt = kMaxRows + 2 * s.dv_pad + 64;
+  const int64_t rows = MaxItemRows(p);
+  const int64_t nq = rows * s.dk_pad, nkt = s.dk * kTileKeys + 16,
+                nv = kTileKeys * s.dv_pad, ns = rows * kTileKeys,
+                nt = rows + 2 * s.dv_pad + 64;
   f_.assign(nq + nkt + nv + ns + nt, 0.f);
   float* f = f_.data();
   s.q = f;
@@ -124,9 +147,9 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   s.v = s.kt + nkt;
   s.s = s.v + nv;
   s.tmp = s.s + ns;
-  u8_.assign(kMaxRows * kTileKeys + kTileKeys, 0);
+  u8_.assign(rows * kTileKeys + kTileKeys, 0);
   s.vis = u8_.data();
-  s.kpre = s.vis + kMaxRows * kTileKeys;
+  s.kpre = s.vis + rows * kTileKeys;
   ptr_.assign(3 * kTileKeys, nullptr);
   s.kbase = ptr_.data();
   s.rbase = s.kbase + kTileKeys;

@@ -18,7 +18,10 @@
 namespace openfia::internal {
 
 inline constexpr int64_t kTileKeys = 64;  // keys per KV tile (multiple of every SIMD width)
-inline constexpr int64_t kMaxRows = 128;  // rows per work item (head x query pairs)
+inline constexpr int64_t kItemRows = 128;  // rows per work item (head x query pairs), except:
+// dense prefill items (many query rows per KV head) hold up to kMaxRows rows, so that each packed
+// K / V tile serves more rows. kMaxRows sizes the per-worker scratch and row states.
+inline constexpr int64_t kMaxRows = 512;
 
 struct WorkItem {
   int64_t b = 0, hk = 0;

@@ -27,6 +27,7 @@
 
 #include "common/problem.h"
 #include "engine/plan.h"
+#include "simd/amx_prefill.h"
 #include "simd/scalar_convert.h"
 #include "simd/simd.h"
 
@@ -71,7 +72,9 @@ inline void LoadTileConfig() {
     c.colsb[t] = 64;
     c.rows[t] = 16;
   }
-  _tile_loadconfig(&c);
+  // Not _tile_loadconfig: GCC 12's version declares only the first 8 bytes of the config as its
+  // input, so the compiler may drop the stores of the rest (decode_amx.cc saw SIGILL at -O3).
+  __asm__ volatile("ldtilecfg %0" ::"m"(c));
 }
 
 // Whether the item's operands are what the tile path reads directly.
@@ -300,12 +303,14 @@ inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc
   }
 }
 
+#include "simd/amx_prefill-inl.h"
 // Sparse items over tile-quantized rows (KvQuantSparseFlashAttention): AmxTileDqCan.
 #include "simd/amx_tile_dequant-inl.h"
 
 void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
   if (AmxTileDqCan(p, w)) return AmxAttendTileDq(p, w, sc, out);
   if (!AmxCan(p, w)) return Avx512Kernels()->attend(p, w, sc, out);
+  if (PrefillCan(p, w)) return AmxPrefill(p, w, sc, out);  // dense bf16 prefill, no rope
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t rows_pad = (rows + 15) / 16 * 16;
@@ -548,10 +553,15 @@ const KernelTable* AmxKernels() {
 bool AmxRunsItem(const Problem& p, const WorkItem& w) {
   return amx_target::AmxCan(p, w) || amx_target::AmxTileDqCan(p, w);
 }
+bool AmxRunsPrefill(const Problem& p, const WorkItem& w) {
+  return !amx_target::AmxTileDqCan(p, w) && amx_target::AmxCan(p, w) &&
+         amx_target::PrefillCan(p, w);
+}
 }  // namespace openfia::internal
 #else
 namespace openfia::internal {
 const KernelTable* AmxKernels() { return nullptr; }
 bool AmxRunsItem(const Problem&, const WorkItem&) { return false; }
+bool AmxRunsPrefill(const Problem&, const WorkItem&) { return false; }
 }  // namespace openfia::internal
 #endif

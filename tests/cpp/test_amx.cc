@@ -14,6 +14,7 @@
 #include "engine_case.h"
 #include "openfia/runtime.h"
 #include "reference/reference.h"
+#include "simd/amx_prefill.h"
 #include "simd/simd.h"
 
 namespace openfia::internal::testing {
@@ -209,6 +210,67 @@ TEST(Amx, MlaRopeDecode) {
   s.block = 16;
   s.amp = 3.f;
   RunAmx(s);
+}
+
+// The prefill kernel (amx_prefill-inl.h) on items of more than kItemRows rows (plan.cc gives dense
+// prefill up to kMaxRows rows per item): proves such an item exists and takes the kernel, that
+// the plan did not split it, then runs RunAmx (reference, AVX-512, 1/2/3 threads bitwise).
+void RunPrefill(const CaseSpec& spec) {
+  if (!KernelsFor("amx")) GTEST_SKIP() << "AMX-BF16 not compiled, not on this CPU, or refused by the OS";
+  Case c(spec);
+  const Plan plan = MakePlan(c.problem());
+  const bool big = std::any_of(plan.items.begin(), plan.items.end(), [&](const WorkItem& w) {
+    return w.rows() > kItemRows && w.n_split == 1 && AmxRunsPrefill(c.problem(), w);
+  });
+  ASSERT_TRUE(big) << "no item of more than kItemRows rows takes the AMX prefill kernel";
+  RunAmx(spec);
+}
+
+TEST(Amx, PrefillBigItemsCausal) {
+  // Group of 4: items of 128 queries x 4 heads = 512 rows (32 blocks of 16 queries of one head),
+  // then a remainder of 22 queries (blocks straddling heads). Bottom-right causal: each block
+  // skips the tiles right of its diagonal and masks its diagonal tile.
+  CaseSpec s = Prefill(128, 128, {150}, {300});
+  s.h_q = 8;
+  s.h_kv = 2;
+  s.causal_br = true;
+  s.amp = 2.f;
+  RunPrefill(s);
+  s.causal_br = false;  // every tile whole except the last, partial one (300 = 4 * 64 + 44)
+  s.seed = 2;
+  RunPrefill(s);
+}
+
+TEST(Amx, PrefillBigItemsMaskPseBand) {
+  // Bit mask with NaN in the masked columns of K and V (the visible-cells P V path), fully masked
+  // rows, a two-sided band, pse in bf16 and fp32 (vector loads) on every tile.
+  for (Elem pe : {Elem::kU8, Elem::kBF16, Elem::kF32}) {
+    CaseSpec s = Prefill(64, 64, {140, 70}, {200, 90});
+    s.h_q = 8;
+    s.h_kv = 2;
+    s.mask = pe == Elem::kU8;
+    s.pse = pe;
+    s.pre = 100;
+    s.next = 30;
+    s.seed = 3;
+    RunPrefill(s);
+  }
+}
+
+TEST(Amx, PrefillGroupShapes) {
+  // Group of 3: 160 queries per item (480 rows), a 40-query remainder (blocks wrap heads);
+  // group of 1: one head, 512 queries per item; d_v % 32 == 16 (last P V chunk of 16 columns).
+  CaseSpec s = Prefill(64, 48, {200}, {260});
+  s.h_q = 6;
+  s.h_kv = 2;
+  s.causal_br = true;
+  RunPrefill(s);
+  s = Prefill(32, 32, {530}, {600});
+  s.h_q = 1;
+  s.h_kv = 1;
+  s.causal_br = true;
+  s.sinks = true;
+  RunPrefill(s);
 }
 
 }  // namespace
