@@ -141,7 +141,7 @@ namespace {
 class ItemRunner {
  public:
   ItemRunner(const Problem& p, int64_t state_rows)
-      : p_(p), k_(ActiveKernels()), dv_pad_((p.d_v + 15) / 16 * 16),
+      : p_(p), k_(ActiveKernels()), dv_pad_((p.d_v + 15) / 16 * 16), max_rows_(MaxItemRows(p)),
         scratch_(NumWorkers()), states_(NumWorkers()), split_m_(state_rows),
         split_l_(state_rows), split_acc_(state_rows * dv_pad_) {}
 
@@ -150,7 +150,8 @@ class ItemRunner {
   void Run(const WorkItem& w, int worker) {
     if (!scratch_[worker]) {
       scratch_[worker] = std::make_unique<ScratchBuffer>(p_);
-      states_[worker].assign(kMaxRows * (2 + dv_pad_), 0.f);
+      // Sized by the largest item of this plan (a 512-row prefill item only where one exists).
+      states_[worker].resize(max_rows_ * (2 + dv_pad_));
     }
     const int64_t rows = w.rows(), nq = w.i1 - w.i0;
     RowStates rs;
@@ -159,7 +160,7 @@ class ItemRunner {
             split_acc_.data() + w.state0 * dv_pad_, dv_pad_};
     } else {
       float* st = states_[worker].data();
-      rs = {st, st + kMaxRows, st + 2 * kMaxRows, dv_pad_};
+      rs = {st, st + max_rows_, st + 2 * max_rows_, dv_pad_};
     }
     k_.attend(p_, w, scratch_[worker]->get(), rs);
     if (w.n_split > 1) return;
@@ -209,6 +210,7 @@ class ItemRunner {
   const Problem& p_;
   const KernelTable& k_;
   const int64_t dv_pad_;
+  const int64_t max_rows_;  // MaxItemRows(p): rows of the per-worker row states
   std::vector<std::unique_ptr<ScratchBuffer>> scratch_;
   std::vector<std::vector<float>> states_;
   std::vector<float> split_m_, split_l_, split_acc_;

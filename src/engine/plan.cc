@@ -22,15 +22,15 @@ bool BigItems(const Problem& p) {
   return p.key_offset.empty() && !p.full_quant && p.d_rope == 0 && p.group() <= kItemRows;
 }
 
-// The most rows an item of p can have (sizes the scratch).
+
+}  // namespace
+
 int64_t MaxItemRows(const Problem& p) {
   if (!BigItems(p)) return kItemRows;
   for (int64_t nq : p.q_len)
     if (nq * p.group() > kItemRows) return kMaxRows;
   return kItemRows;
 }
-
-}  // namespace
 
 Plan MakePlan(const Problem& p) {
   Plan plan;

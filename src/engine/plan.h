@@ -45,6 +45,9 @@ struct Plan {
   int64_t state_rows = 0;  // rows of split workspace needed (sum over split items)
 };
 
+// The most rows an item of p's plan can have (sizes the scratch and the row states).
+int64_t MaxItemRows(const Problem& p);
+
 // Builds the work list of p (deterministic; depends on p only).
 Plan MakePlan(const Problem& p);
 
