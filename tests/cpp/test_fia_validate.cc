@@ -626,6 +626,14 @@ std::vector<BadCase> BadCases() {
               static_cast<uint8_t*>(c.a.atten_mask.data)[5 * 2048 + 3] = 1;
             }),
        "atten_mask", kBad, "mask[5][3] = 1"},
+      {"Mode3MaskHoleAboveDiagonal",
+       With(D0,
+            [](C c) {
+              c.a.sparse_mode = 3;
+              c.a.atten_mask = c.ar.CausalMask();
+              static_cast<uint8_t*>(c.a.atten_mask.data)[100 * 2048 + 2047] = 0;
+            }),
+       "atten_mask", kBad, "mask[100][2047] = 0"},
       {"Mode4MaskZeros",
        With(D0,
             [](C c) {

@@ -922,8 +922,18 @@ FiaGeometry AnalyzeFia(const FiaArgs& a) {
                     m.shape_string());
       // The kernel reads the compressed mask at diagonal offsets, so only the documented
       // constant triu(ones, k=1) gives the documented band; anything else is refused.
+      // Row r is zero at columns <= r and nonzero above: memcmp against zeros and memchr for a
+      // zero byte do it at memory speed (this runs on every prompt call with sparse_mode 2-4);
+      // the element loop below only names the first wrong cell.
       const uint8_t* p = static_cast<const uint8_t*>(m.data);
-      for (int64_t r = 0; r < kCausalMaskSize; ++r)
+      static const uint8_t kZeros[kCausalMaskSize] = {};
+      bool exact = true;
+      for (int64_t r = 0; r < kCausalMaskSize && exact; ++r) {
+        const uint8_t* row = p + r * kCausalMaskSize;
+        exact = std::memcmp(row, kZeros, r + 1) == 0 &&
+                std::memchr(row + r + 1, 0, kCausalMaskSize - r - 1) == nullptr;
+      }
+      for (int64_t r = 0; r < kCausalMaskSize && !exact; ++r)
         for (int64_t c = 0; c < kCausalMaskSize; ++c) {
           const bool want = c > r;
           const bool got = p[r * kCausalMaskSize + c] != 0;
