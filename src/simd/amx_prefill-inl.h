@@ -55,66 +55,7 @@ struct PrefillBlock {
   int64_t qhi = 0;
 };
 
-// GCC's tile-load intrinsics are asm statements without a memory operand: this keeps the vector
-// stores a tile load reads (packed tiles, P, rescaled accumulators) before it.
-inline void CompilerFence() { asm volatile("" ::: "memory"); }
-
-// S = Q K^T for one block in pieces, so that vector work can be placed between them:
-// ScoreBegin, ScoreChunk for d0 = 0, 32, ... < D, ScoreEnd (tmm0-3 accumulate, tmm4 Q, tmm6-7 K).
-inline void ScoreBegin() {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-}
-inline void ScoreChunk(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t d0) {
-  _tile_loadd(4, q + d0, ldq * 2);
-  const uint32_t* b = kp + (d0 / 2) * TN;
-  _tile_loadd(6, b, TN * 4);
-  _tile_loadd(7, b + 16, TN * 4);
-  _tile_dpbf16ps(0, 4, 6);
-  _tile_dpbf16ps(1, 4, 7);
-  _tile_loadd(6, b + 32, TN * 4);
-  _tile_loadd(7, b + 48, TN * 4);
-  _tile_dpbf16ps(2, 4, 6);
-  _tile_dpbf16ps(3, 4, 7);
-}
-inline void ScoreEnd(float* s) {
-  _tile_stored(0, s, TN * 4);
-  _tile_stored(1, s + 16, TN * 4);
-  _tile_stored(2, s + 32, TN * 4);
-  _tile_stored(3, s + 48, TN * 4);
-}
-
-// acc += P V for one block in pieces: PvBegin (P into tmm4-5), then PvChunk for c = 0, 32, ...
-// < Dv (32 columns, or the last 16 when Dv % 32 == 16; tmm0-1 accumulate, tmm6-7 V).
-inline void PvBegin(const uint16_t* p, int64_t ldp) {
-  _tile_loadd(4, p, ldp * 2);
-  _tile_loadd(5, p + 32, ldp * 2);
-}
-inline void PvChunk(const uint32_t* vp, int64_t Dv, float* acc, int64_t lda, int64_t c) {
-  if (c + 32 <= Dv) {
-    _tile_loadd(0, acc + c, lda * 4);
-    _tile_loadd(1, acc + c + 16, lda * 4);
-    _tile_loadd(6, vp + c, Dv * 4);
-    _tile_loadd(7, vp + c + 16, Dv * 4);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(6, vp + 16 * Dv + c, Dv * 4);
-    _tile_loadd(7, vp + 16 * Dv + c + 16, Dv * 4);
-    _tile_dpbf16ps(0, 5, 6);
-    _tile_dpbf16ps(1, 5, 7);
-    _tile_stored(0, acc + c, lda * 4);
-    _tile_stored(1, acc + c + 16, lda * 4);
-  } else {
-    _tile_loadd(0, acc + c, lda * 4);
-    _tile_loadd(6, vp + c, Dv * 4);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_loadd(7, vp + 16 * Dv + c, Dv * 4);
-    _tile_dpbf16ps(0, 5, 7);
-    _tile_stored(0, acc + c, lda * 4);
-  }
-}
+// CompilerFence, ScoreBegin/ScoreChunk/ScoreEnd and PvBegin/PvChunk: kernels_amx.cc.
 
 // The online-softmax update of one block over one key tile, in phases (MaxRows for every row,
 // MaxEnd, ExpRows for every row, Finish; rows can be split between calls). s holds 16 rows

@@ -154,37 +154,46 @@ inline bool AnyNonFiniteBf16(const uint16_t* const* row, int64_t nk, int64_t Dv)
   return false;
 }
 
-// s[r * TN + n] = Q[r] . K[n] for 16 rows from the packed bf16 query (row stride ldq elements).
-inline void ScoreTile(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t D, float* s) {
+// GCC's tile load/store intrinsics are asm statements without a memory operand: a fence before a
+// tile load keeps the vector stores it reads (packed tiles, P, rescaled accumulators) before it,
+// and a fence after a tile store keeps later vector loads of that memory after it.
+inline void CompilerFence() { asm volatile("" ::: "memory"); }
+
+// S = Q K^T for one block in pieces, so that vector work can be placed between them:
+// ScoreBegin, ScoreChunk for d0 = 0, 32, ... < D, ScoreEnd (tmm0-3 accumulate, tmm4 Q, tmm6-7 K).
+inline void ScoreBegin() {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (int64_t d0 = 0; d0 < D; d0 += 32) {
-    _tile_loadd(4, q + d0, ldq * 2);
-    const uint32_t* b = kp + (d0 / 2) * TN;
-    _tile_loadd(6, b, TN * 4);
-    _tile_loadd(7, b + 16, TN * 4);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(6, b + 32, TN * 4);
-    _tile_loadd(7, b + 48, TN * 4);
-    _tile_dpbf16ps(2, 4, 6);
-    _tile_dpbf16ps(3, 4, 7);
-  }
+}
+inline void ScoreChunk(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t d0) {
+  _tile_loadd(4, q + d0, ldq * 2);
+  const uint32_t* b = kp + (d0 / 2) * TN;
+  _tile_loadd(6, b, TN * 4);
+  _tile_loadd(7, b + 16, TN * 4);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_loadd(6, b + 32, TN * 4);
+  _tile_loadd(7, b + 48, TN * 4);
+  _tile_dpbf16ps(2, 4, 6);
+  _tile_dpbf16ps(3, 4, 7);
+}
+inline void ScoreEnd(float* s) {
   _tile_stored(0, s, TN * 4);
   _tile_stored(1, s + 16, TN * 4);
   _tile_stored(2, s + 32, TN * 4);
   _tile_stored(3, s + 48, TN * 4);
 }
 
-// acc[r][c] += sum_n P[r][n] V[n][c] for 16 rows; P is bf16 at p (row stride ldp elements).
-inline void PvTile(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t Dv, float* acc,
-                   int64_t lda) {
+// acc += P V for one block in pieces: PvBegin (P into tmm4-5), then PvChunk for c = 0, 32, ...
+// < Dv (32 columns, or the last 16 when Dv % 32 == 16; tmm0-1 accumulate, tmm6-7 V).
+inline void PvBegin(const uint16_t* p, int64_t ldp) {
   _tile_loadd(4, p, ldp * 2);
   _tile_loadd(5, p + 32, ldp * 2);
-  int64_t c = 0;
-  for (; c + 32 <= Dv; c += 32) {
+}
+inline void PvChunk(const uint32_t* vp, int64_t Dv, float* acc, int64_t lda, int64_t c) {
+  if (c + 32 <= Dv) {
     _tile_loadd(0, acc + c, lda * 4);
     _tile_loadd(1, acc + c + 16, lda * 4);
     _tile_loadd(6, vp + c, Dv * 4);
@@ -197,8 +206,7 @@ inline void PvTile(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t D
     _tile_dpbf16ps(1, 5, 7);
     _tile_stored(0, acc + c, lda * 4);
     _tile_stored(1, acc + c + 16, lda * 4);
-  }
-  if (c < Dv) {
+  } else {
     _tile_loadd(0, acc + c, lda * 4);
     _tile_loadd(6, vp + c, Dv * 4);
     _tile_dpbf16ps(0, 4, 6);
@@ -206,6 +214,24 @@ inline void PvTile(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t D
     _tile_dpbf16ps(0, 5, 7);
     _tile_stored(0, acc + c, lda * 4);
   }
+}
+
+// s[r * TN + n] = Q[r] . K[n] for 16 rows from the packed bf16 query (row stride ldq elements).
+inline void ScoreTile(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t D, float* s) {
+  CompilerFence();
+  ScoreBegin();
+  for (int64_t d0 = 0; d0 < D; d0 += 32) ScoreChunk(q, ldq, kp, d0);
+  ScoreEnd(s);
+  CompilerFence();
+}
+
+// acc[r][c] += sum_n P[r][n] V[n][c] for 16 rows; P is bf16 at p (row stride ldp elements).
+inline void PvTile(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t Dv, float* acc,
+                   int64_t lda) {
+  CompilerFence();
+  PvBegin(p, ldp);
+  for (int64_t c = 0; c < Dv; c += 32) PvChunk(vp, Dv, acc, lda, c);
+  CompilerFence();
 }
 
 // out[r] = op over the 16 lanes of v[r], for 16 rows at once: a transposed reduction tree (15
