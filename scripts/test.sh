@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs openfia's dependencies, then builds and runs every test: C++ (GoogleTest, dev build and
-# ASan+UBSan build, plus the scalar-only build) and Python (pytest against PyTorch).
+# release build, ASan+UBSan build, plus the scalar-only build) and Python (pytest against PyTorch).
 # Usage: scripts/test.sh            (OPENFIA_TIER=full for the full case list)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,11 @@ echo "== C++ tests (dev build) =="
 cmake --preset dev >/dev/null
 cmake --build build/dev -j"$JOBS"
 ctest --test-dir build/dev -j"$JOBS" --output-on-failure
+
+echo "== C++ tests (release build: the kernels as the optimizer builds them for users) =="
+cmake --preset release -DOPENFIA_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build build/release -j"$JOBS"
+ctest --test-dir build/release -j"$JOBS" --output-on-failure
 
 echo "== C++ tests (scalar-only build: no SIMD targets) =="
 cmake --preset scalar -DOPENFIA_BUILD_EXAMPLES=OFF >/dev/null
