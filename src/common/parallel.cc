@@ -8,12 +8,29 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include "openfia/runtime.h"
 
 namespace openfia::internal {
 namespace {
 
 thread_local bool t_in_worker = false;
+
+// Before sleeping on a condition variable, a pool thread (waiting for work) and the caller
+// (waiting for the pool to finish) spin briefly: a decode call or a SparseAttnSharedkv decode
+// split lasts a few hundred microseconds, about what a futex wake-up costs on a busy VM, so
+// without the spin the caller ends up running every item itself. ~2000 pauses = tens of us.
+constexpr int kSpinIters = 2000;
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
 
 class Pool {
  public:
@@ -49,6 +66,7 @@ class Pool {
     }
     cv_.notify_all();
     Work(0);
+    for (int i = 0; i < kSpinIters && pending_.load() != 0; ++i) CpuRelax();
     std::unique_lock<std::mutex> lk(mu_);
     done_cv_.wait(lk, [this] { return pending_ == 0; });
     fn_ = nullptr;
@@ -69,6 +87,8 @@ class Pool {
 
   void Loop(int worker, uint64_t seen) {
     for (;;) {
+      for (int i = 0; i < kSpinIters && generation_.load() == seen && !stop_.load(); ++i)
+        CpuRelax();
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
@@ -84,9 +104,10 @@ class Pool {
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  bool stop_ = false;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
+  // Written under mu_; atomic so that the spins above may read them without it.
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t n_ = 0;
   std::atomic<int64_t> next_{0};
