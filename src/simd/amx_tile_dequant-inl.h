@@ -165,12 +165,7 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
   const int64_t Dn = p.d_qk, D = p.d_qk + (p.d_rope + 31) / 32 * 32, Dv = p.d_v;
   const int64_t ldv = sc.dv_pad;
   const float scale = static_cast<float>(p.scale);
-  for (int64_t r = 0; r < rows; ++r) {
-    out.m[r] = kNegInf;
-    out.l[r] = 0.f;
-    float* a = out.acc + r * out.acc_stride;
-    for (int64_t d = 0; d < ldv; ++d) a[d] = 0.f;
-  }
+  ResetRowStates(out, rows, ldv);
   if (w.j0 >= w.j1) return;
 
   // Scratch (AmxTileDqCan checked the room): sc.q the bf16 query rows [rows][D], sc.kt the

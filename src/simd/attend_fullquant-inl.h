@@ -22,12 +22,9 @@ inline void AttendFullQuant(const Problem& p, const WorkItem& w, EngineScratch& 
   constexpr float kF16Max = 65504.f;
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t hrows = w.head_rows(), D = p.d_qk, Dv = p.d_v;
-  const auto at = [b](const std::vector<int64_t>& v, int64_t absent) {
-    return v.empty() ? absent : v[b];
-  };
-  const int64_t pre = at(p.band_pre, Problem::kNoBand), next = at(p.band_next, Problem::kNoBand);
-  const int64_t mask_row0 = at(p.mask_row0, 0), mask_col0 = at(p.mask_col0, 0);
-  const int64_t pse_row0 = at(p.pse_row0, 0), pse_col0 = at(p.pse_col0, 0);
+  const ItemOrigins org = OriginsOf(p, b);
+  const int64_t pre = org.pre, next = org.next, mask_row0 = org.mask_row0,
+                mask_col0 = org.mask_col0, pse_row0 = org.pse_row0, pse_col0 = org.pse_col0;
   // dequant_scale1 as the golden's "float19" (low 13 mantissa bits cleared).
   const float ds1 = cvt::FromBits(cvt::Bits(p.dequant_scale1) & 0xFFFFE000u);
   const float scale16 = F16Round(static_cast<float>(p.scale));

@@ -411,12 +411,7 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
   const int64_t D = p.d_qk, Dv = p.d_v, ldv = sc.dv_pad;
   const float scale = static_cast<float>(p.scale);
 
-  for (int64_t r = 0; r < w.rows(); ++r) {
-    out.m[r] = kNegInf;
-    out.l[r] = 0.f;
-    float* a = out.acc + r * out.acc_stride;
-    for (int64_t d = 0; d < ldv; ++d) a[d] = 0.f;
-  }
+  ResetRowStates(out, w.rows(), ldv);
 
   // Scratch (sizes from ScratchBuffer): sc.q the Q^T pairs of every head [n_hk][D/2][R][2];
   // sc.s the scores [TN][R], the scaled rows [R][TN] and P [R][TN] bf16; sc.kt the gathered or

@@ -343,19 +343,11 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
   // D: the channels of a packed Q row / K tile, nope then rope, zero-padded to a multiple of 32.
   const int64_t D = p.d_qk + (p.d_rope + 31) / 32 * 32, Dv = p.d_v, ldv = sc.dv_pad;
   const float scale = static_cast<float>(p.scale);
-  const auto at = [b](const std::vector<int64_t>& v, int64_t absent) {
-    return v.empty() ? absent : v[b];
-  };
-  const int64_t pre = at(p.band_pre, Problem::kNoBand), next = at(p.band_next, Problem::kNoBand);
-  const int64_t mask_row0 = at(p.mask_row0, 0), mask_col0 = at(p.mask_col0, 0);
-  const int64_t pse_row0 = at(p.pse_row0, 0), pse_col0 = at(p.pse_col0, 0);
+  const ItemOrigins org = OriginsOf(p, b);
+  const int64_t pre = org.pre, next = org.next, mask_row0 = org.mask_row0,
+                mask_col0 = org.mask_col0, pse_row0 = org.pse_row0, pse_col0 = org.pse_col0;
 
-  for (int64_t r = 0; r < rows; ++r) {
-    out.m[r] = kNegInf;
-    out.l[r] = 0.f;
-    float* a = out.acc + r * out.acc_stride;
-    for (int64_t d = 0; d < ldv; ++d) a[d] = 0.f;
-  }
+  ResetRowStates(out, rows, ldv);
   if (w.j0 >= w.j1) return;
 
   // Scratch reuse (sizes from ScratchBuffer, whose dk = d_qk + d_rope >= 32 so that

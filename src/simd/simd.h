@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "common/problem.h"
 
@@ -23,6 +25,31 @@ struct RowStates {
   float* acc;  // [rows, acc_stride]
   int64_t acc_stride;
 };
+
+// Resets the first `rows` row states to the empty state (m = -inf, l = 0, acc[0, ldv) = 0), as
+// every kernel does before its first key.
+inline void ResetRowStates(const RowStates& out, int64_t rows, int64_t ldv) {
+  for (int64_t r = 0; r < rows; ++r) {
+    out.m[r] = -std::numeric_limits<float>::infinity();
+    out.l[r] = 0.f;
+    float* a = out.acc + r * out.acc_stride;
+    for (int64_t d = 0; d < ldv; ++d) a[d] = 0.f;
+  }
+}
+
+// Batch b's band and the origins of its mask and pse rows/columns; hand-built problems may leave
+// the per-batch vectors empty: no band, zero origins.
+struct ItemOrigins {
+  int64_t pre = Problem::kNoBand, next = Problem::kNoBand;
+  int64_t mask_row0 = 0, mask_col0 = 0, pse_row0 = 0, pse_col0 = 0;
+};
+inline ItemOrigins OriginsOf(const Problem& p, int64_t b) {
+  const auto at = [b](const std::vector<int64_t>& v, int64_t absent) {
+    return v.empty() ? absent : v[b];
+  };
+  return {at(p.band_pre, Problem::kNoBand), at(p.band_next, Problem::kNoBand),
+          at(p.mask_row0, 0), at(p.mask_col0, 0), at(p.pse_row0, 0), at(p.pse_col0, 0)};
+}
 
 struct KernelTable {
   const char* name;
