@@ -50,21 +50,9 @@ Plan MakePlan(const Problem& p) {
     // query row and (a chunk of) its group's heads; its keys are the positions of that list.
     for (int64_t b = 0; b < p.batch; ++b) {
       for (int64_t i = 0; i < p.q_len[b]; ++i) {
-        for (int64_t hk = 0; hk < p.h_kv; ++hk) {
-          const int64_t r = (p.q_row_base[b] + i) * p.h_kv + hk;
-          for (int64_t g0 = 0; g0 < G; g0 += g_chunk) {
-            WorkItem w;
-            w.b = b;
-            w.hk = hk;
-            w.g0 = g0;
-            w.g1 = std::min(G, g0 + g_chunk);
-            w.i0 = i;
-            w.i1 = i + 1;
-            w.j0 = 0;
-            w.j1 = p.key_offset[r + 1] - p.key_offset[r];
-            base.push_back(w);
-          }
-        }
+        for (int64_t hk = 0; hk < p.h_kv; ++hk)
+          for (int64_t g0 = 0; g0 < G; g0 += g_chunk)
+            base.push_back(SparseRowItem(p, b, i, hk, g0, g_chunk));
       }
     }
   }

@@ -10,6 +10,7 @@
 // every reduction order are fixed and results are bitwise independent of the number of workers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -44,6 +45,23 @@ struct Plan {
   std::vector<WorkItem> items;
   int64_t state_rows = 0;  // rows of split workspace needed (sum over split items)
 };
+
+// Sparse key selection: the item of query row i of batch b, KV head hk and query heads
+// [g0, min(G, g0 + g_chunk)), over the whole key list of that row (j0 = 0, j1 = its length).
+inline WorkItem SparseRowItem(const Problem& p, int64_t b, int64_t i, int64_t hk, int64_t g0,
+                              int64_t g_chunk) {
+  const int64_t r = (p.q_row_base[b] + i) * p.h_kv + hk;
+  WorkItem w;
+  w.b = b;
+  w.hk = hk;
+  w.g0 = g0;
+  w.g1 = std::min(p.group(), g0 + g_chunk);
+  w.i0 = i;
+  w.i1 = i + 1;
+  w.j0 = 0;
+  w.j1 = p.key_offset[r + 1] - p.key_offset[r];
+  return w;
+}
 
 // The most rows an item of p's plan can have (sizes the scratch and the row states).
 int64_t MaxItemRows(const Problem& p);

@@ -152,15 +152,8 @@ struct BlockSoftmax {
     _mm512_mask_storeu_ps(l, live, l_new);
     _mm512_mask_storeu_ps(m, live, _mm512_load_ps(m_new));
     // Rows whose maximum moved rescale their accumulator (alpha != 1, NaN included).
-    unsigned moved = _mm512_mask_cmp_ps_mask(live, va_all, _mm512_set1_ps(1.f), _CMP_NEQ_UQ);
-    while (moved) {
-      const int r = __builtin_ctz(moved);
-      moved &= moved - 1;
-      float* a = acc + r * lda;
-      const __m512 va = _mm512_set1_ps(alpha[r]);
-      for (int64_t d = 0; d < ldv; d += 16)
-        _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
-    }
+    RescaleMoved(_mm512_mask_cmp_ps_mask(live, va_all, _mm512_set1_ps(1.f), _CMP_NEQ_UQ), alpha,
+                 acc, lda, ldv);
   }
 };
 

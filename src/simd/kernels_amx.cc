@@ -258,6 +258,19 @@ inline __m512 ReduceRows16(const float (*v)[16], Op op) {
   return _mm512_permutexvar_ps(idx, z);
 }
 
+// acc row r *= alpha[r] for the rows of `moved` (bit r: row r's maximum moved; NaN included).
+inline void RescaleMoved(unsigned moved, const float* alpha, float* acc, int64_t lda,
+                         int64_t ldv) {
+  while (moved) {
+    const int r = __builtin_ctz(moved);
+    moved &= moved - 1;
+    float* a = acc + r * lda;
+    const __m512 va = _mm512_set1_ps(alpha[r]);
+    for (int64_t d = 0; d < ldv; d += 16)
+      _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+  }
+}
+
 // The softmax of 16 rows of a plain tile (all TN keys visible, no pse): the same operations as
 // the row-by-row path (scale, max, exp(s - m), bf16 P, l = l * alpha + sum, acc *= alpha), but
 // the row maxima and sums are reduced across the 16 rows together and the 16 rescale factors
@@ -315,18 +328,10 @@ inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc
   _mm512_mask_storeu_ps(l, live, l_new);
   _mm512_mask_storeu_ps(m, live, m_new);
   // Rows whose maximum moved rescale their accumulator (alpha != 1, NaN included).
-  unsigned moved =
-      _mm512_mask_cmp_ps_mask(live, alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ);
   alignas(64) float av[16];
   _mm512_store_ps(av, alpha);
-  while (moved) {
-    const int r = __builtin_ctz(moved);
-    moved &= moved - 1;
-    float* a = acc + r * lda;
-    const __m512 va = _mm512_set1_ps(av[r]);
-    for (int64_t d = 0; d < ldv; d += 16)
-      _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
-  }
+  RescaleMoved(_mm512_mask_cmp_ps_mask(live, alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ), av, acc,
+               lda, ldv);
 }
 
 #include "simd/amx_prefill-inl.h"

@@ -108,16 +108,9 @@ Schedule SasSchedule(const Problem& p, const SasConfig& c, const SasUnits& u,
       for (int64_t t = 0; t < u.tokens[x]; ++t) {
         const int64_t i = t0 + t;
         for (int64_t hk = 0; hk < p.h_kv; ++hk) {
-          const int64_t row = (p.q_row_base[b] + i) * p.h_kv + hk;
-          const int64_t len = p.key_offset[row + 1] - p.key_offset[row];
           for (int64_t g0 = 0; g0 < G; g0 += g_chunk) {
-            WorkItem w;
-            w.b = b;
-            w.hk = hk;
-            w.g0 = g0;
-            w.g1 = std::min(G, g0 + g_chunk);
-            w.i0 = i;
-            w.i1 = i + 1;
+            WorkItem w = internal::SparseRowItem(p, b, i, hk, g0, g_chunk);
+            const int64_t len = w.j1;
             // The chunk's list positions; the planner counted capacities, so a shorter list
             // (SCFA indices ending early) leaves later chunks empty, and the last chunk takes
             // whatever remains.
