@@ -149,14 +149,12 @@ inline void ResolveItemKey(const Problem& p, const KvOperand& kv, const KvOperan
   }
 }
 
-// kv with the second key source kv2 in its prefix slot (see ResolveEntry); kv itself when p has
-// no second source. Copies only empty tensor-list vectors (no allocation).
-inline KvOperand WithSecond(const Problem& p, const KvOperand& kv, const KvOperand& kv2) {
+// kv with the second key source kv2 in its prefix slot (see ResolveEntry), for a problem with a
+// second key source.
+inline KvOperand WithSecond(const KvOperand& kv, const KvOperand& kv2) {
   KvOperand m = kv;
-  if (p.k2.cache.present()) {
-    m.prefix = kv2.cache;
-    m.prefix_dequant = kv2.dequant;
-  }
+  m.prefix = kv2.cache;
+  m.prefix_dequant = kv2.dequant;
   return m;
 }
 
@@ -879,7 +877,15 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
 
   // The KV operands the tile loop reads: with a second key source (SparseAttnSharedkv) its keys
   // come through the prefix slot (WithSecond / ResolveEntry).
-  const KvOperand Kx = WithSecond(p, p.k, p.k2), Vx = WithSecond(p, p.v, p.v2);
+  // (Copied only then: an operand of a tensor-list problem owns a vector of batch pointers.)
+  const bool two = p.k2.cache.present();
+  KvOperand k_two, v_two;
+  if (two) {
+    k_two = WithSecond(p.k, p.k2);
+    v_two = WithSecond(p.v, p.v2);
+  }
+  const KvOperand& Kx = two ? k_two : p.k;
+  const KvOperand& Vx = two ? v_two : p.v;
   const KvOperand& Rx = p.k_rope;
 
   FastRows fast, fastv;
