@@ -854,8 +854,8 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   const float scale = static_cast<float>(p.scale);
   const Elem pe = p.q.elem;  // P is rounded to the query dtype before P * V (SPEC 2.6)
   const ItemOrigins org = OriginsOf(p, b);
-  const int64_t pre = org.pre, next = org.next, mask_row0 = org.mask_row0,
-                mask_col0 = org.mask_col0, pse_row0 = org.pse_row0, pse_col0 = org.pse_col0;
+  const int64_t pre = org.pre, next = org.next, pse_row0 = org.pse_row0,
+                pse_col0 = org.pse_col0;
 
   ResetRowStates(out, rows, ldv);
   if (w.j0 >= w.j1) return;
@@ -970,20 +970,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
       }
 
-      if (!full) {  // element visibility of the boundary tile, shared by the heads of a query
-        for (int64_t qi = 0; qi < nq; ++qi) {
-          const int64_t i = w.i0 + qi;
-          uint8_t* vr = sc.vis + qi * TN;
-          const uint8_t* mrow =
-              p.mask ? p.mask + b * p.mask_sb + (mask_row0 + i) * p.mask_ss : nullptr;
-          for (int64_t n = 0; n < nk; ++n) {
-            const int64_t j = jt0 + n;
-            bool ok = j >= i - pre && j <= i + next;
-            if (ok && mrow) ok = mrow[(mask_col0 + j) * p.mask_sk] == 0;
-            vr[n] = ok;
-          }
-        }
-      }
+      if (!full) TileVisibility(p, b, org, w.i0, nq, jt0, nk, sc.vis, TN);
 
       const typename V::T vscale = V::Set1(scale);
       for (int64_t r = 0; r < hrows; ++r) {

@@ -349,8 +349,8 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
   const int64_t D = p.d_qk + (p.d_rope + 31) / 32 * 32, Dv = p.d_v, ldv = sc.dv_pad;
   const float scale = static_cast<float>(p.scale);
   const ItemOrigins org = OriginsOf(p, b);
-  const int64_t pre = org.pre, next = org.next, mask_row0 = org.mask_row0,
-                mask_col0 = org.mask_col0, pse_row0 = org.pse_row0, pse_col0 = org.pse_col0;
+  const int64_t pre = org.pre, next = org.next, pse_row0 = org.pse_row0,
+                pse_col0 = org.pse_col0;
 
   ResetRowStates(out, rows, ldv);
   if (w.j0 >= w.j1) return;
@@ -417,20 +417,7 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
     for (int64_t r = rows; r < rows_pad; ++r)  // padded rows: P = 0
       std::memset(sc.s + r * TN, 0, TN * 2);
 
-    if (!full) {  // element visibility of the boundary tile, shared by the heads of a query
-      for (int64_t qi = 0; qi < nq; ++qi) {
-        const int64_t i = w.i0 + qi;
-        uint8_t* vr = sc.vis + qi * TN;
-        const uint8_t* mrow =
-            p.mask ? p.mask + b * p.mask_sb + (mask_row0 + i) * p.mask_ss : nullptr;
-        for (int64_t n = 0; n < nk; ++n) {
-          const int64_t j = jt0 + n;
-          bool ok = j >= i - pre && j <= i + next;
-          if (ok && mrow) ok = mrow[(mask_col0 + j) * p.mask_sk] == 0;
-          vr[n] = ok;
-        }
-      }
-    }
+    if (!full) TileVisibility(p, b, org, w.i0, nq, jt0, nk, sc.vis, TN);
 
     // The softmax of attend-inl.h, except that P goes out as bf16 (it is bf16-exact already).
     const __m512 vscale = _mm512_set1_ps(scale);

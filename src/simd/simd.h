@@ -51,6 +51,25 @@ inline ItemOrigins OriginsOf(const Problem& p, int64_t b) {
           at(p.mask_row0, 0), at(p.mask_col0, 0), at(p.pse_row0, 0), at(p.pse_col0, 0)};
 }
 
+// vis[qi * ld + n] = whether key jt0 + n is visible from logical query i0 + qi of
+// batch b (band, then bit mask; SEMANTICS 1.5), for qi < nq, n < nk: the element visibility of a
+// boundary tile, shared by the heads of a query.
+inline void TileVisibility(const Problem& p, int64_t b, const ItemOrigins& o, int64_t i0,
+                           int64_t nq, int64_t jt0, int64_t nk, uint8_t* vis, int64_t ld) {
+  for (int64_t qi = 0; qi < nq; ++qi) {
+    const int64_t i = i0 + qi;
+    uint8_t* vr = vis + qi * ld;
+    const uint8_t* mrow =
+        p.mask ? p.mask + b * p.mask_sb + (o.mask_row0 + i) * p.mask_ss : nullptr;
+    for (int64_t n = 0; n < nk; ++n) {
+      const int64_t j = jt0 + n;
+      bool ok = j >= i - o.pre && j <= i + o.next;
+      if (ok && mrow) ok = mrow[(o.mask_col0 + j) * p.mask_sk] == 0;
+      vr[n] = ok;
+    }
+  }
+}
+
 struct KernelTable {
   const char* name;
   // y[i] = exp(x[i]) as the softmax computes it (tests measure its ulp error).
