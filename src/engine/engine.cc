@@ -136,12 +136,20 @@ bool EngineSupports(const Problem& p, std::string* why) {
 
 namespace {
 
+// Row stride (floats) of the row states' accumulators: d_v rounded up to 16, plus 16 when that
+// is a multiple of 256. A stride of a multiple of 1 KiB maps the 16 rows of an AMX tile load
+// onto one or two L1 sets (12 ways): d_v = 512 accumulators then thrash L1 on every P V step.
+int64_t AccStride(int64_t d_v) {
+  const int64_t pad = (d_v + 15) / 16 * 16;
+  return pad % 256 == 0 ? pad + 16 : pad;
+}
+
 // What the items of one RunEngine / RunSchedule call share: kernels, per-worker scratch (made on
 // first use by that worker) and the split workspace.
 class ItemRunner {
  public:
   ItemRunner(const Problem& p, int64_t state_rows)
-      : p_(p), k_(ActiveKernels()), dv_pad_((p.d_v + 15) / 16 * 16), max_rows_(MaxItemRows(p)),
+      : p_(p), k_(ActiveKernels()), dv_pad_(AccStride(p.d_v)), max_rows_(MaxItemRows(p)),
         scratch_(NumWorkers()), states_(NumWorkers()), split_m_(state_rows),
         split_l_(state_rows), split_acc_(state_rows * dv_pad_) {}
 
@@ -209,7 +217,7 @@ class ItemRunner {
  private:
   const Problem& p_;
   const KernelTable& k_;
-  const int64_t dv_pad_;
+  const int64_t dv_pad_;  // row stride of the accumulators (AccStride)
   const int64_t max_rows_;  // MaxItemRows(p): rows of the per-worker row states
   std::vector<std::unique_ptr<ScratchBuffer>> scratch_;
   std::vector<std::vector<float>> states_;

@@ -148,6 +148,14 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   s.voff = s.roff + kTileKeys;
   s.kcoord = s.voff + kTileKeys;
   s.vcoord = s.kcoord + 3 * kTileKeys;
+  if (p.k.dequant.kind == Dequant::Kind::kPerTile) {
+    // Written before it is read (never relies on zeros): no clearing pass.
+    const int64_t d_pack = p.d_qk + (p.d_rope + 31) / 32 * 32;
+    const int64_t n = kStepTiles * (d_pack / 2 * kTileKeys) + kTileKeys * s.dk / 2 +
+                      kStepTiles * (kTileKeys / 2) * (s.dv_pad + 16) + rows * kStepTiles * kTileKeys + 64;
+    step_ = std::make_unique_for_overwrite<float[]>(n);
+    s.step = step_.get();
+  }
   if (p.full_quant) {
     acc64_.assign(kMaxRows * p.d_v, 0);
     lsum_.assign(kMaxRows, 0.0);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/problem.h"
@@ -63,6 +64,9 @@ inline WorkItem SparseRowItem(const Problem& p, int64_t b, int64_t i, int64_t hk
   return w;
 }
 
+// Keys per softmax step of the per-tile dequant AMX path, in tiles (EngineScratch::step).
+constexpr int64_t kStepTiles = 2;
+
 // The most rows an item of p's plan can have (sizes the scratch and the row states).
 int64_t MaxItemRows(const Problem& p);
 
@@ -90,6 +94,9 @@ struct EngineScratch {
   int64_t* kcoord = nullptr;     // [kTileKeys, 3] storage (b, h, s) of each key (dequant index)
   int64_t* vcoord = nullptr;
   uint8_t* kpre = nullptr;       // [kTileKeys] 1 when the key comes from the shared prefix
+  // Per-tile dequantized sparse items only (null otherwise; amx_tile_dequant-inl.h): kStepTiles
+  // packed K tiles, the bf16 staging rows of one tile, the packed V of a step and its scores.
+  float* step = nullptr;
   // int8 full quantization only (null otherwise): exact P8 * V sums and row sums of E.
   int64_t* acc64 = nullptr;      // [kMaxRows, d_v]
   double* lsum = nullptr;        // [kMaxRows]
@@ -106,6 +113,7 @@ class ScratchBuffer {
   std::vector<int64_t> i_;
   std::vector<const void*> ptr_;
   std::vector<uint8_t> u8_;
+  std::unique_ptr<float[]> step_;
   std::vector<int64_t> acc64_;
   std::vector<double> lsum_;
   EngineScratch s_;

@@ -1,7 +1,7 @@
 // openfia internal: the AMX-BF16 path for sparse items over tile-quantized rows
 // (KvQuantSparseFlashAttention, problem.h Dequant::kPerTile), included by kernels_amx.cc inside
-// namespace openfia::internal::amx_target after PackK, PackV, ScoreTile, PvTile and
-// SoftmaxBlock16 (which it reuses).
+// namespace openfia::internal::amx_target after PackK, PackV, ScoreRows, PvRows and
+// SoftmaxBlock16N (which it reuses).
 //
 // Per tile of kTileKeys selected keys (random rows of the cache):
 //   1. each row's d_qk quantized channels (int8, fp8 e4m3 or hifloat8) are dequantized ONCE into
@@ -10,7 +10,9 @@
 //   2. K is packed from the staging rows (nope) and the rows' rope values (read in place), V from
 //      the same staging rows (K and V are the same dequantized memory, problem.h v == k), so one
 //      dequantization serves K, V and every query head of the item;
-//   3. scores, softmax and P V exactly as the dense AMX path (ScoreTile, SoftmaxBlock16, PvTile).
+//   3. scores (ScoreRows: the K tile's channels in L1-sized groups), then once per step of
+//      kStepTiles tiles the softmax (SoftmaxBlock16N) and P V (PvRows), whose 512-channel fp32
+//      accumulators are the largest memory traffic of the item.
 // The rows of the next tile are prefetched while the current one is computed: a sparse list
 // jumps across the whole cache, which no hardware prefetcher follows.
 //
@@ -40,11 +42,9 @@ inline bool AmxTileDqCan(const Problem& p, const WorkItem& w) {
     return false;
   const float scale = static_cast<float>(p.scale);
   if (!std::isfinite(scale) || scale == 0.f) return false;  // the padding trick needs a sign
-  if (p.d_qk % 32 != 0 || p.d_qk > 1024 || p.d_v % 16 != 0 || p.d_v > p.d_qk) return false;
+  // PvRows takes 32 value columns at a time.
+  if (p.d_qk % 32 != 0 || p.d_qk > 1024 || p.d_v % 32 != 0 || p.d_v > p.d_qk) return false;
   if (p.d_qk + p.d_rope > 1024) return false;
-  // The bf16 staging rows [TN][d_qk] live in sc.kt behind the packed K tile [D/2][TN] pairs.
-  const int64_t D = p.d_qk + (p.d_rope + 31) / 32 * 32;
-  if (2 * (p.d_qk + p.d_rope) < D + p.d_qk) return false;
   const KvOperand& k = p.k;
   const Elem e = k.cache.elem;
   if (e != Elem::kI8 && e != Elem::kFP8E4M3 && e != Elem::kHiF8) return false;
@@ -168,14 +168,22 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
   ResetRowStates(out, rows, ldv);
   if (w.j0 >= w.j1) return;
 
-  // Scratch (AmxTileDqCan checked the room): sc.q the bf16 query rows [rows][D], sc.kt the
-  // packed K tile [D/2][TN] pairs followed by the staging rows [TN][Dn] bf16, sc.v the packed V
-  // tile [TN/2][Dv] pairs; P as bf16 over the first half of each fp32 score row of sc.s.
+  // Scratch (EngineScratch::step, sized by ScratchBuffer for per-tile dequant problems): the
+  // packed K tiles of one step [kStepTiles][D/2][TN] pairs, the bf16 staging rows of one tile
+  // [TN][Dn], the packed V of the step [kStepTiles * TN / 2][ldvp] pairs and the step's scores
+  // [rows][TS] (P as bf16 over the first half of each fp32 score row); sc.q the bf16 query rows.
+  constexpr int64_t TS = kStepTiles * TN;
+  static_assert(kStepTiles == 2, "one step is one or two tiles (SoftmaxBlock16N<TN / TS>)");
   uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
-  uint32_t* kp = reinterpret_cast<uint32_t*>(sc.kt);
-  uint16_t* stg = reinterpret_cast<uint16_t*>(sc.kt + D / 2 * TN);
-  uint32_t* vp = reinterpret_cast<uint32_t*>(sc.v);
-  const int64_t ldp = 2 * TN;
+  uint32_t* kp[kStepTiles];
+  for (int64_t k = 0; k < kStepTiles; ++k)
+    kp[k] = reinterpret_cast<uint32_t*>(sc.step) + k * (D / 2 * TN);
+  uint16_t* stg = reinterpret_cast<uint16_t*>(kp[0] + kStepTiles * (D / 2 * TN));
+  uint32_t* vp = reinterpret_cast<uint32_t*>(stg + TN * Dn);
+  // Packed V rows one cache line longer when Dv pairs are a multiple of 1 KiB (as AccStride).
+  const int64_t ldvp = Dv % 256 == 0 ? Dv + 16 : Dv;
+  float* ss = reinterpret_cast<float*>(vp + kStepTiles * (TN / 2) * ldvp);
+  const int64_t lds = TS, ldp = 2 * TS;
 
   const Dequant& dq = p.k.dequant;
   const Elem ke = p.k.cache.elem;
@@ -183,15 +191,20 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
                        : ke == Elem::kHiF8  ? cvt::HiF8Table()
                                             : nullptr;
   const int64_t scale_bytes = ((Dn - 1) / dq.d_group * dq.sd + 1) * 4;
-  TileDqRows rows_a, rows_b;
-  TileDqRows* cur = &rows_a;
-  TileDqRows* nxt = &rows_b;
+  // Rows of tile i in ring[i % kAhead1]: tile i + kAhead is resolved and prefetched while tile i
+  // is computed (a cold cache: each tile's rows are random DRAM lines and page walks; one tile
+  // of lead leaves most of that latency exposed).
+  constexpr int64_t kAhead = 2, kAhead1 = kAhead + 1;
+  TileDqRows ring[kAhead1];
   const int64_t tile0 = w.j0 / TN * TN;
-  {
-    const int64_t jt0 = std::max(tile0, w.j0), nk = std::min(tile0 + TN, w.j1) - jt0;
-    ResolveTileDqRows(p, w, jt0, nk, cur);
-    PrefetchTileDqRows(*cur, nk, Dn, scale_bytes, p.d_rope * 2);
-  }
+  const auto ahead = [&](int64_t ts) {  // resolve + prefetch the tile starting at ts, if any
+    if (ts >= w.j1) return;
+    const int64_t jt0 = std::max(ts, w.j0), nk = std::min(ts + TN, w.j1) - jt0;
+    TileDqRows* r = &ring[(ts - tile0) / TN % kAhead1];
+    ResolveTileDqRows(p, w, jt0, nk, r);
+    PrefetchTileDqRows(*r, nk, Dn, scale_bytes, p.d_rope * 2);
+  };
+  for (int64_t i = 0; i < kAhead; ++i) ahead(tile0 + i * TN);
 
   for (int64_t r = 0; r < rows; ++r) {
     uint16_t* dst = qb + r * D;
@@ -215,33 +228,40 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
   // Padded keys of a partial tile: a score whose product with `scale` is -inf.
   const float pad = scale > 0.f ? kNegInf : -kNegInf;
   LoadTileConfig();
-  for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
-    const int64_t jt0 = std::max(t0, w.j0), nk = std::min(t0 + TN, w.j1) - jt0;
-    if (t0 + TN < w.j1) {
-      const int64_t nn = std::min(t0 + 2 * TN, w.j1) - (t0 + TN);
-      ResolveTileDqRows(p, w, t0 + TN, nn, nxt);
-      PrefetchTileDqRows(*nxt, nn, Dn, scale_bytes, p.d_rope * 2);
-    }
-    switch (ke) {
-      case Elem::kI8: DequantTile<Elem::kI8>(*cur, nk, dq, Dn, table, stg); break;
-      case Elem::kFP8E4M3: DequantTile<Elem::kFP8E4M3>(*cur, nk, dq, Dn, table, stg); break;
-      default: DequantTile<Elem::kHiF8>(*cur, nk, dq, Dn, table, stg); break;
-    }
-    PackK(srow, nk, Dn, kp);
-    if (p.d_rope > 0) PackK(cur->rope, nk, p.d_rope, kp + Dn / 2 * TN);
-    PackV(srow, nk, Dv, vp);
-    for (int64_t r0 = 0; r0 < rows; r0 += 16) ScoreTile(qb + r0 * D, D, kp, D, sc.s + r0 * TN);
-    if (nk < TN) {
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t n = nk; n < TN; ++n) sc.s[r * TN + n] = pad;
+  // Steps of up to kStepTiles tiles: each tile is dequantized, packed and scored on its own; the
+  // softmax and P V then run once per step, so the 512-channel fp32 accumulator of every row
+  // passes through the tiles once per TS keys.
+  for (int64_t t0 = tile0; t0 < w.j1; t0 += TS) {
+    const int64_t ntile = std::min<int64_t>(kStepTiles, (w.j1 - t0 + TN - 1) / TN);
+    for (int64_t k = 0; k < ntile; ++k) {
+      const int64_t ts = t0 + k * TN;
+      const int64_t jt0 = std::max(ts, w.j0), nk = std::min(ts + TN, w.j1) - jt0;
+      ahead(ts + kAhead * TN);
+      const TileDqRows* cur = &ring[(ts - tile0) / TN % kAhead1];
+      switch (ke) {
+        case Elem::kI8: DequantTile<Elem::kI8>(*cur, nk, dq, Dn, table, stg); break;
+        case Elem::kFP8E4M3: DequantTile<Elem::kFP8E4M3>(*cur, nk, dq, Dn, table, stg); break;
+        default: DequantTile<Elem::kHiF8>(*cur, nk, dq, Dn, table, stg); break;
+      }
+      PackK(srow, nk, Dn, kp[k]);
+      if (p.d_rope > 0) PackK(cur->rope, nk, p.d_rope, kp[k] + Dn / 2 * TN);
+      PackV(srow, nk, Dv, vp + k * (TN / 2) * ldvp, ldvp);
+      ScoreRows(qb, D, kp[k], D, rows, ss + k * TN, lds);
+      if (nk < TN) {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t n = nk; n < TN; ++n) ss[r * lds + k * TN + n] = pad;
+      }
     }
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-      SoftmaxBlock16(sc.s + r0 * TN, scale, out.m + r0, out.l + r0,
-                     out.acc + r0 * out.acc_stride, out.acc_stride, ldv);
-      PvTile(reinterpret_cast<const uint16_t*>(sc.s + r0 * TN), ldp, vp, Dv,
-             out.acc + r0 * out.acc_stride, out.acc_stride);
+      float* sb = ss + r0 * lds;
+      float* a = out.acc + r0 * out.acc_stride;
+      if (ntile == kStepTiles)
+        SoftmaxBlock16N<TS>(sb, lds, scale, out.m + r0, out.l + r0, a, out.acc_stride, ldv);
+      else
+        SoftmaxBlock16N<TN>(sb, lds, scale, out.m + r0, out.l + r0, a, out.acc_stride, ldv);
     }
-    std::swap(cur, nxt);
+    PvRows(reinterpret_cast<const uint16_t*>(ss), ldp, vp, ldvp, Dv, ntile * (TN / 32), rows, out.acc,
+           out.acc_stride);
   }
   _tile_release();
 }

@@ -122,14 +122,17 @@ inline void PackK(const uint16_t* const* row, int64_t nk, int64_t D, uint32_t* k
   }
 }
 
-// vp[kk * Dv + c] = (V[2kk][c], V[2kk + 1][c]) (zero rows past nk): the B operand of P V.
-inline void PackV(const uint16_t* const* row, int64_t nk, int64_t Dv, uint32_t* vp) {
+// vp[kk * ldvp + c] = (V[2kk][c], V[2kk + 1][c]) (zero rows past nk): the B operand of P V
+// (ldvp: the row stride in pairs, Dv unless given).
+inline void PackV(const uint16_t* const* row, int64_t nk, int64_t Dv, uint32_t* vp,
+                  int64_t ldvp = 0) {
+  if (ldvp == 0) ldvp = Dv;
   const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
                                       8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   for (int64_t kk = 0; kk < TN / 2; ++kk) {
     const int64_t n = 2 * kk;
-    uint32_t* dst = vp + kk * Dv;
+    uint32_t* dst = vp + kk * ldvp;
     for (int64_t c = 0; c < Dv; c += 32) {
       const __mmask32 m = c + 32 <= Dv ? 0xFFFFFFFFu : 0xFFFFu;  // Dv % 16 == 0
       const __m512i a = n < nk ? _mm512_maskz_loadu_epi16(m, row[n] + c) : _mm512_setzero_si512();
@@ -216,15 +219,6 @@ inline void PvChunk(const uint32_t* vp, int64_t Dv, float* acc, int64_t lda, int
   }
 }
 
-// s[r * TN + n] = Q[r] . K[n] for 16 rows from the packed bf16 query (row stride ldq elements).
-inline void ScoreTile(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t D, float* s) {
-  CompilerFence();
-  ScoreBegin();
-  for (int64_t d0 = 0; d0 < D; d0 += 32) ScoreChunk(q, ldq, kp, d0);
-  ScoreEnd(s);
-  CompilerFence();
-}
-
 // acc[r][c] += sum_n P[r][n] V[n][c] for 16 rows; P is bf16 at p (row stride ldp elements).
 inline void PvTile(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t Dv, float* acc,
                    int64_t lda) {
@@ -271,20 +265,22 @@ inline void RescaleMoved(unsigned moved, const float* alpha, float* acc, int64_t
   }
 }
 
-// The softmax of 16 rows of a plain tile (all TN keys visible, no pse): the same operations as
-// the row-by-row path (scale, max, exp(s - m), bf16 P, l = l * alpha + sum, acc *= alpha), but
-// the row maxima and sums are reduced across the 16 rows together and the 16 rescale factors
-// come from one vector exp. s: 16 score rows of TN floats, P is written over them as bf16.
-inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc, int64_t lda,
-                           int64_t ldv) {
+// The softmax of 16 rows over NK keys, all visible (a plain tile, or NK / 64 plain tiles taken as
+// one step), no pse: the same operations as the row-by-row path (scale, max, exp(s - m), bf16 P,
+// l = l * alpha + sum, acc *= alpha), but the row maxima and sums are reduced across the 16 rows
+// together and the 16 rescale factors come from one vector exp. s: 16 score rows of NK floats
+// (row stride lds floats); P is written over each row's first half as bf16.
+template <int NK>
+inline void SoftmaxBlock16N(float* s, int64_t lds, float scale, float* m, float* l, float* acc,
+                            int64_t lda, int64_t ldv) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   alignas(64) float part[16][16];
   alignas(64) float mrow[16];
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int r = 0; r < 16; ++r) {
-    const float* sr = s + r * TN;
+    const float* sr = s + r * lds;
     __m512 vm = _mm512_set1_ps(kNegInf);
-    for (int k = 0; k < TN / 16; ++k)
+    for (int k = 0; k < NK / 16; ++k)
       vm = _mm512_max_ps(vm, _mm512_mul_ps(_mm512_loadu_ps(sr + 16 * k), vscale));
     _mm512_store_ps(part[r], vm);
   }
@@ -300,23 +296,23 @@ inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc
       static_cast<__mmask16>(~fresh), V::Exp(_mm512_sub_ps(m_old, m_new)));
   _mm512_store_ps(mrow, m_new);
   for (int r = 0; r < 16; ++r) {
-    float* sr = s + r * TN;
+    float* sr = s + r * lds;
     uint16_t* pr = reinterpret_cast<uint16_t*>(sr);
     if (dead >> r & 1) {  // P = 0, the row state stays as it is
-      std::memset(pr, 0, TN * 2);
+      std::memset(pr, 0, NK * 2);
       _mm512_store_ps(part[r], _mm512_setzero_ps());
       continue;
     }
     const __m512 vmn = _mm512_set1_ps(mrow[r]);
-    __m512 x[TN / 16];
+    __m512 x[NK / 16];
     __m512 vsum = _mm512_setzero_ps();
-    for (int k = 0; k < TN / 16; ++k) {
+    for (int k = 0; k < NK / 16; ++k) {
       x[k] = V::Exp(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sr + 16 * k), vscale), vmn));
       vsum = _mm512_add_ps(vsum, x[k]);
     }
     // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to zero;
     // TDPBF16PS would read such a P as zero anyway (see the top of the file).
-    for (int k = 0; k < TN / 16; k += 2)
+    for (int k = 0; k < NK / 16; k += 2)
       _mm512_storeu_si512(pr + 16 * k,
                           reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x[k + 1], x[k])));
     _mm512_store_ps(part[r], vsum);
@@ -332,6 +328,89 @@ inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc
   _mm512_store_ps(av, alpha);
   RescaleMoved(_mm512_mask_cmp_ps_mask(live, alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ), av, acc,
                lda, ldv);
+}
+
+inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc, int64_t lda,
+                           int64_t ldv) {
+  SoftmaxBlock16N<TN>(s, TN, scale, m, l, acc, lda, ldv);
+}
+
+// S = Q K^T for `rows` rows (a multiple of 16) against one packed K tile, with the channels in
+// groups of kScoreGroup: each group's part of the K tile (kScoreGroup / 2 x TN pairs, 24 KiB)
+// stays in L1 while every row block passes over it; the partial scores go through s (row stride
+// lds floats). A K tile of D = 576 channels (74 KiB) does not fit L1, and tile loads from L2 run
+// far below the TMUL rate. Per score the channel chunks are summed in ascending order into one
+// accumulator.
+constexpr int64_t kScoreGroup = 192;
+inline void ScoreRows(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t D,
+                      int64_t rows, float* s, int64_t lds) {
+  for (int64_t g0 = 0; g0 < D; g0 += kScoreGroup) {
+    const int64_t g1 = std::min(D, g0 + kScoreGroup);
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+      float* c = s + r0 * lds;
+      CompilerFence();
+      if (g0 == 0) {
+        ScoreBegin();
+      } else {
+        _tile_loadd(0, c, lds * 4);
+        _tile_loadd(1, c + 16, lds * 4);
+        _tile_loadd(2, c + 32, lds * 4);
+        _tile_loadd(3, c + 48, lds * 4);
+      }
+      for (int64_t d0 = g0; d0 < g1; d0 += 32) ScoreChunk(q + r0 * ldq, ldq, kp, d0);
+      _tile_stored(0, c, lds * 4);
+      _tile_stored(1, c + 16, lds * 4);
+      _tile_stored(2, c + 32, lds * 4);
+      _tile_stored(3, c + 48, lds * 4);
+      CompilerFence();
+    }
+  }
+}
+
+// acc[r][c] += sum_n P[r][n] V[n][c] for `rows` rows (a multiple of 16) over nkk chunks of 32
+// keys: P bf16 at p (row stride ldp elements), vp the packed values ([nkk * 16][Dv] pairs, row
+// stride ldvp, Dv % 32 == 0). Column chunks outside, row blocks inside, so one column chunk of V
+// (nkk x 2 KiB) stays in L1 while every row block uses it; two row blocks x 32 columns per
+// accumulator set (tmm0-3), so each P tile and each V tile feeds two products. The accumulator
+// passes through the tiles once per call: one call for several 64-key tiles (nkk = 4: 128 keys)
+// divides its L2 traffic. Per element the key chunks are summed in ascending order, like PvTile.
+inline void PvRows(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t ldvp, int64_t Dv,
+                   int64_t nkk, int64_t rows, float* acc, int64_t lda) {
+  for (int64_t c = 0; c < Dv; c += 32) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+      const bool two = r0 + 16 < rows;
+      float* a0 = acc + r0 * lda + c;
+      float* a1 = a0 + 16 * lda;
+      const uint16_t* p0 = p + r0 * ldp;
+      CompilerFence();
+      _tile_loadd(0, a0, lda * 4);
+      _tile_loadd(1, a0 + 16, lda * 4);
+      if (two) {
+        _tile_loadd(2, a1, lda * 4);
+        _tile_loadd(3, a1 + 16, lda * 4);
+      }
+      for (int64_t kk = 0; kk < nkk; ++kk) {
+        const uint32_t* v = vp + kk * 16 * ldvp + c;
+        _tile_loadd(4, p0 + 32 * kk, ldp * 2);
+        _tile_loadd(6, v, ldvp * 4);
+        _tile_loadd(7, v + 16, ldvp * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        if (two) {
+          _tile_loadd(5, p0 + 16 * ldp + 32 * kk, ldp * 2);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      _tile_stored(0, a0, lda * 4);
+      _tile_stored(1, a0 + 16, lda * 4);
+      if (two) {
+        _tile_stored(2, a1, lda * 4);
+        _tile_stored(3, a1 + 16, lda * 4);
+      }
+      CompilerFence();
+    }
+  }
 }
 
 #include "simd/amx_prefill-inl.h"
@@ -363,7 +442,11 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
   uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
   uint32_t* kp = reinterpret_cast<uint32_t*>(sc.kt);
   uint32_t* vp = reinterpret_cast<uint32_t*>(sc.v);
-  float* acc_tail = sc.v + 32 * ldv;
+  // P V by PvRows when it can (32 columns at a time), with the packed V rows one cache line
+  // longer when Dv pairs are a multiple of 1 KiB (as AccStride); else PvTile per row block.
+  const bool pv_rows = Dv % 32 == 0;
+  const int64_t ldvp = pv_rows && Dv % 256 == 0 ? Dv + 16 : Dv;
+  float* acc_tail = sc.v + 32 * ldvp;  // 32 * ldvp + 16 * ldv <= TN * dv_pad
   const int64_t ldp = 2 * TN;  // bf16 elements per P row (one fp32 score row)
   for (int64_t r = 0; r < rows_pad; ++r) {
     uint16_t* dst = qb + r * D;
@@ -411,9 +494,9 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
     }
     PackK(krow, nk, p.d_qk, kp);
     if (p.d_rope > 0) PackK(rrow, nk, p.d_rope, kp + p.d_qk / 2 * TN);
-    PackV(vrow, nk, Dv, vp);
+    PackV(vrow, nk, Dv, vp, ldvp);
     const bool v_bad = !full && AnyNonFiniteBf16(vrow, nk, Dv);
-    for (int64_t r0 = 0; r0 < rows_pad; r0 += 16) ScoreTile(qb + r0 * D, D, kp, D, sc.s + r0 * TN);
+    ScoreRows(qb, D, kp, D, rows_pad, sc.s, TN);
     for (int64_t r = rows; r < rows_pad; ++r)  // padded rows: P = 0
       std::memset(sc.s + r * TN, 0, TN * 2);
 
@@ -526,7 +609,11 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
       }
       continue;
     }
-    for (int64_t r0 = 0; r0 < rows_pad; r0 += 16) {
+    const int64_t rows_full = rows / 16 * 16;
+    if (pv_rows)
+      PvRows(reinterpret_cast<const uint16_t*>(sc.s), ldp, vp, ldvp, Dv, TN / 32, rows_full,
+             out.acc, out.acc_stride);
+    for (int64_t r0 = pv_rows ? rows_full : 0; r0 < rows_pad; r0 += 16) {
       const uint16_t* pr = reinterpret_cast<const uint16_t*>(sc.s + r0 * TN);
       if (r0 + 16 <= rows) {
         PvTile(pr, ldp, vp, Dv, out.acc + r0 * out.acc_stride, out.acc_stride);
@@ -537,7 +624,8 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
           if (r < m) std::memcpy(dst, out.acc + (r0 + r) * out.acc_stride, Dv * 4);
           else std::memset(dst, 0, Dv * 4);
         }
-        PvTile(pr, ldp, vp, Dv, acc_tail, ldv);
+        if (pv_rows) PvRows(pr, ldp, vp, ldvp, Dv, TN / 32, 16, acc_tail, ldv);
+        else PvTile(pr, ldp, vp, Dv, acc_tail, ldv);
         for (int64_t r = 0; r < m; ++r)
           std::memcpy(out.acc + (r0 + r) * out.acc_stride, acc_tail + r * ldv, Dv * 4);
       }
