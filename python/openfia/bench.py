@@ -111,6 +111,9 @@ class Progress:
 
 # ---- timing -------------------------------------------------------------------------------------
 
+settle = bsp.settle  # the pause before every timed call (bench_sparse.py)
+
+
 class CacheFlusher:
     """Streams through 2x the last-level cache so that the next call reads its KV from memory."""
 
@@ -197,6 +200,7 @@ def run_workload(openfia, torch, w, runs, flush, progress):
         for name, fn in peers:
             if flush is not None and w.decode:
                 flush()
+            settle()
             t0 = time.perf_counter()
             fn()
             best[name] = min(best[name], time.perf_counter() - t0)

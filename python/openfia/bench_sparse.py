@@ -40,6 +40,17 @@ from dataclasses import dataclass
 BF16_U = 2.0 ** -8
 
 
+SETTLE_S = 0.02
+
+
+def settle():
+    """Lets every runtime's worker threads go idle before a timed call. PyTorch's OpenMP workers
+    spin for a while after each parallel region (the cache flush is one); a call timed right after
+    shares the cores with them (measured: S1 cold 7.4 ms right after the flush, 5.8 ms after a
+    1-20 ms pause). Every peer gets the same pause, so each timed call starts from idle threads."""
+    time.sleep(SETTLE_S)
+
+
 @dataclass
 class SparseWorkload:
     name: str
@@ -400,6 +411,7 @@ def run_workload(openfia, torch, w, runs, flush, progress):
         for n, fn in peers:
             if flush is not None and w.decode:
                 flush()
+            settle()
             t0 = time.perf_counter()
             fn()
             best[n] = min(best[n], time.perf_counter() - t0)
