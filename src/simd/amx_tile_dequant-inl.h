@@ -71,8 +71,38 @@ struct TileDqRows {
   const uint16_t* rope[TN];  // bf16 rope channel 0 (null without rope)
 };
 
-inline void ResolveTileDqRows(const Problem& p, const WorkItem& w, int64_t jt0, int64_t nk,
-                              TileDqRows* r) {
+// Where a key's fields sit relative to its quantized bytes when nope, rope and scales are fields
+// of one storage row (KvQuantSparseFlashAttention's 656-byte rows: the same strides in bytes, no
+// tensor lists): one key resolution then serves all three and one prefetch run covers the row.
+struct RowFields {
+  bool one_row = false;
+  int64_t rope = 0, scale = 0;  // byte offsets from the nope bytes
+  int64_t bytes = 0;            // bytes from the nope bytes to the end of the last field
+};
+
+inline RowFields OneRowFields(const Problem& p, int64_t scale_bytes) {
+  RowFields f;
+  const Operand& k = p.k.cache;
+  const Dequant& dq = p.k.dequant;
+  const auto same = [&](int64_t sb, int64_t sh, int64_t ss, int64_t elem_bytes) {
+    return sb * elem_bytes == k.sb && sh * elem_bytes == k.sh && ss * elem_bytes == k.ss;
+  };
+  if (!k.batch_data.empty() || dq.logical || !same(dq.sb, dq.sh, dq.ss, 4)) return f;
+  const char* k0 = static_cast<const char*>(k.data);
+  f.scale = static_cast<const char*>(dq.scale) - k0;
+  f.bytes = std::max(p.d_qk, f.scale + scale_bytes);
+  if (p.d_rope > 0) {
+    const Operand& r = p.k_rope.cache;
+    if (!r.batch_data.empty() || !same(r.sb, r.sh, r.ss, 2)) return f;
+    f.rope = static_cast<const char*>(r.data) - k0;
+    f.bytes = std::max(f.bytes, f.rope + 2 * p.d_rope);
+  }
+  f.one_row = f.scale >= 0 && f.rope >= 0;
+  return f;
+}
+
+inline void ResolveTileDqRows(const Problem& p, const WorkItem& w, const RowFields& f,
+                              int64_t jt0, int64_t nk, TileDqRows* r) {
   const Dequant& dq = p.k.dequant;
   const float* scale = static_cast<const float*>(dq.scale);
   for (int64_t n = 0; n < nk; ++n) {
@@ -80,7 +110,13 @@ inline void ResolveTileDqRows(const Problem& p, const WorkItem& w, int64_t jt0, 
     int64_t off, coord[2];
     uint8_t pre;
     ResolveItemKey(p, p.k, p.k2, w, w.hk, jt0 + n, &base, &off, &pre, coord);
-    r->nope[n] = static_cast<const uint8_t*>(base) + off;  // one byte per element
+    const uint8_t* nope = static_cast<const uint8_t*>(base) + off;  // one byte per element
+    r->nope[n] = nope;
+    if (f.one_row) {
+      r->scale[n] = reinterpret_cast<const float*>(nope + f.scale);
+      r->rope[n] = p.d_rope > 0 ? reinterpret_cast<const uint16_t*>(nope + f.rope) : nullptr;
+      continue;
+    }
     r->scale[n] = scale + dq.Index(coord[0], w.hk, coord[1], 0);
     r->rope[n] = nullptr;
     if (p.d_rope > 0) {
@@ -90,20 +126,24 @@ inline void ResolveTileDqRows(const Problem& p, const WorkItem& w, int64_t jt0, 
   }
 }
 
-inline void PrefetchTileDqRows(const TileDqRows& r, int64_t nk, int64_t dq_bytes,
-                               int64_t scale_bytes, int64_t rope_bytes) {
-  for (int64_t n = 0; n < nk; ++n) {
-    const char* a = reinterpret_cast<const char*>(r.nope[n]);
-    for (int64_t o = 0; o < dq_bytes; o += 64) __builtin_prefetch(a + o);
-    __builtin_prefetch(a + dq_bytes - 1);
-    const char* s = reinterpret_cast<const char*>(r.scale[n]);
-    __builtin_prefetch(s);
-    __builtin_prefetch(s + scale_bytes - 1);
-    if (r.rope[n] != nullptr) {
-      const char* q = reinterpret_cast<const char*>(r.rope[n]);
-      for (int64_t o = 0; o < rope_bytes; o += 64) __builtin_prefetch(q + o);
-      __builtin_prefetch(q + rope_bytes - 1);
-    }
+// Prefetches the fields of key n of r.
+inline void PrefetchTileDqRow(const TileDqRows& r, int64_t n, const RowFields& f,
+                              int64_t dq_bytes, int64_t scale_bytes, int64_t rope_bytes) {
+  const char* a = reinterpret_cast<const char*>(r.nope[n]);
+  if (f.one_row) {
+    for (int64_t o = 0; o < f.bytes; o += 64) __builtin_prefetch(a + o);
+    __builtin_prefetch(a + f.bytes - 1);
+    return;
+  }
+  for (int64_t o = 0; o < dq_bytes; o += 64) __builtin_prefetch(a + o);
+  __builtin_prefetch(a + dq_bytes - 1);
+  const char* s = reinterpret_cast<const char*>(r.scale[n]);
+  __builtin_prefetch(s);
+  __builtin_prefetch(s + scale_bytes - 1);
+  if (r.rope[n] != nullptr) {
+    const char* q = reinterpret_cast<const char*>(r.rope[n]);
+    for (int64_t o = 0; o < rope_bytes; o += 64) __builtin_prefetch(q + o);
+    __builtin_prefetch(q + rope_bytes - 1);
   }
 }
 
@@ -151,11 +191,16 @@ inline void DequantRowBf16(const uint8_t* src, const float* scale, int64_t sd, i
   }
 }
 
-template <Elem E>
+template <Elem E, typename Pf>
 inline void DequantTile(const TileDqRows& r, int64_t nk, const Dequant& dq, int64_t D,
-                        const float* table, uint16_t* stg) {
-  for (int64_t n = 0; n < nk; ++n)
+                        const float* table, uint16_t* stg, const Pf& pf, int64_t pf_nk) {
+  // One row of the prefetched tile per dequantized row: a burst of ~700 prefetches would hold
+  // every fill buffer and stall the loads behind it.
+  for (int64_t n = 0; n < nk; ++n) {
+    if (n < pf_nk) pf(n);
     DequantRowBf16<E>(r.nope[n], r.scale[n], dq.sd, dq.d_group, D, table, stg + n * D);
+  }
+  for (int64_t n = nk; n < pf_nk; ++n) pf(n);
 }
 
 void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
@@ -191,20 +236,27 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
                        : ke == Elem::kHiF8  ? cvt::HiF8Table()
                                             : nullptr;
   const int64_t scale_bytes = ((Dn - 1) / dq.d_group * dq.sd + 1) * 4;
-  // Rows of tile i in ring[i % kAhead1]: tile i + kAhead is resolved and prefetched while tile i
-  // is computed (a cold cache: each tile's rows are random DRAM lines and page walks; one tile
-  // of lead leaves most of that latency exposed).
+  // Rows of tile i in ring[i % kAhead1]: tile i + kAhead is resolved while tile i is computed
+  // and its rows are prefetched one per row dequantized (a cold cache: each tile's rows are
+  // random DRAM lines and page walks; one tile of lead leaves most of that latency exposed).
   constexpr int64_t kAhead = 2, kAhead1 = kAhead + 1;
   TileDqRows ring[kAhead1];
+  const RowFields fields = OneRowFields(p, scale_bytes);
   const int64_t tile0 = w.j0 / TN * TN;
-  const auto ahead = [&](int64_t ts) {  // resolve + prefetch the tile starting at ts, if any
-    if (ts >= w.j1) return;
-    const int64_t jt0 = std::max(ts, w.j0), nk = std::min(ts + TN, w.j1) - jt0;
-    TileDqRows* r = &ring[(ts - tile0) / TN % kAhead1];
-    ResolveTileDqRows(p, w, jt0, nk, r);
-    PrefetchTileDqRows(*r, nk, Dn, scale_bytes, p.d_rope * 2);
+  const auto keys_of = [&](int64_t ts) {  // keys of the tile starting at ts (0 past the item)
+    return ts >= w.j1 ? int64_t{0} : std::min(ts + TN, w.j1) - std::max(ts, w.j0);
   };
-  for (int64_t i = 0; i < kAhead; ++i) ahead(tile0 + i * TN);
+  const auto ring_of = [&](int64_t ts) { return &ring[(ts - tile0) / TN % kAhead1]; };
+  const auto resolve = [&](int64_t ts) {
+    const int64_t nk = keys_of(ts);
+    if (nk > 0) ResolveTileDqRows(p, w, fields, std::max(ts, w.j0), nk, ring_of(ts));
+    return nk;
+  };
+  for (int64_t i = 0; i < kAhead; ++i) {
+    const int64_t ts = tile0 + i * TN, nk = resolve(ts);
+    for (int64_t n = 0; n < nk; ++n)
+      PrefetchTileDqRow(*ring_of(ts), n, fields, Dn, scale_bytes, p.d_rope * 2);
+  }
 
   for (int64_t r = 0; r < rows; ++r) {
     uint16_t* dst = qb + r * D;
@@ -236,12 +288,18 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
     for (int64_t k = 0; k < ntile; ++k) {
       const int64_t ts = t0 + k * TN;
       const int64_t jt0 = std::max(ts, w.j0), nk = std::min(ts + TN, w.j1) - jt0;
-      ahead(ts + kAhead * TN);
-      const TileDqRows* cur = &ring[(ts - tile0) / TN % kAhead1];
+      const int64_t ta = ts + kAhead * TN, pf_nk = resolve(ta);
+      const TileDqRows* ahead = ring_of(ta);
+      const auto pf = [&](int64_t n) {
+        PrefetchTileDqRow(*ahead, n, fields, Dn, scale_bytes, p.d_rope * 2);
+      };
+      const TileDqRows* cur = ring_of(ts);
       switch (ke) {
-        case Elem::kI8: DequantTile<Elem::kI8>(*cur, nk, dq, Dn, table, stg); break;
-        case Elem::kFP8E4M3: DequantTile<Elem::kFP8E4M3>(*cur, nk, dq, Dn, table, stg); break;
-        default: DequantTile<Elem::kHiF8>(*cur, nk, dq, Dn, table, stg); break;
+        case Elem::kI8: DequantTile<Elem::kI8>(*cur, nk, dq, Dn, table, stg, pf, pf_nk); break;
+        case Elem::kFP8E4M3:
+          DequantTile<Elem::kFP8E4M3>(*cur, nk, dq, Dn, table, stg, pf, pf_nk);
+          break;
+        default: DequantTile<Elem::kHiF8>(*cur, nk, dq, Dn, table, stg, pf, pf_nk); break;
       }
       PackK(srow, nk, Dn, kp[k]);
       if (p.d_rope > 0) PackK(cur->rope, nk, p.d_rope, kp[k] + Dn / 2 * TN);

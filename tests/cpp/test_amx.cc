@@ -212,6 +212,25 @@ TEST(Amx, MlaRopeDecode) {
   RunAmx(s);
 }
 
+TEST(Amx, RowPairsAndValueWidths) {
+  // The general tile path (MLA rope keeps it off the prefill kernel) with ScoreRows / PvRows:
+  // 48 rows (a row-block pair, then a single block), 40 rows (a pair, then a partial block run
+  // on the 16-row copy), d_v 256 (packed V and accumulator rows one cache line longer), 96, and
+  // 80 (not a multiple of 32: PvTile per row block).
+  for (int64_t h_q : {48, 40}) {
+    for (int64_t d_v : {256, 96, 80}) {
+      CaseSpec s = Prefill(128, d_v, {1, 1}, {150, 64});
+      s.h_q = h_q;
+      s.h_kv = 1;
+      s.d_rope = 64;
+      s.block = 16;
+      s.amp = 3.f;
+      SCOPED_TRACE("h_q " + std::to_string(h_q) + " d_v " + std::to_string(d_v));
+      RunAmx(s);
+    }
+  }
+}
+
 // The prefill kernel (amx_prefill-inl.h) on items of more than kItemRows rows (plan.cc gives dense
 // prefill up to kMaxRows rows per item): proves such an item exists and takes the kernel, that
 // the plan did not split it, then runs RunAmx (reference, AVX-512, 1/2/3 threads bitwise).
