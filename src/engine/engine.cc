@@ -144,14 +144,22 @@ int64_t AccStride(int64_t d_v) {
   return pad % 256 == 0 ? pad + 16 : pad;
 }
 
+// Split workspace without a clearing pass: every kernel resets the row states of its item
+// (ResetRowStates, or the full-quant kernel's own reset) before anything reads them, and merges
+// read only the d_v columns of the rows of split items. Clearing it cost a page-faulting memset
+// of up to megabytes per call (KvQuantSparseFlashAttention: 32 items x 128 rows x 2 KiB).
+std::unique_ptr<float[]> Uninit(int64_t n) {
+  return std::make_unique_for_overwrite<float[]>(static_cast<size_t>(std::max<int64_t>(n, 1)));
+}
+
 // What the items of one RunEngine / RunSchedule call share: kernels, per-worker scratch (made on
 // first use by that worker) and the split workspace.
 class ItemRunner {
  public:
   ItemRunner(const Problem& p, int64_t state_rows)
       : p_(p), k_(ActiveKernels()), dv_pad_(AccStride(p.d_v)), max_rows_(MaxItemRows(p)),
-        scratch_(NumWorkers()), states_(NumWorkers()), split_m_(state_rows),
-        split_l_(state_rows), split_acc_(state_rows * dv_pad_) {}
+        scratch_(NumWorkers()), states_(NumWorkers()), split_m_(Uninit(state_rows)),
+        split_l_(Uninit(state_rows)), split_acc_(Uninit(state_rows * dv_pad_)) {}
 
   // Attends item w on `worker`; an unsplit item's rows are finished (epilogue), a split item's
   // partial states stay in the workspace.
@@ -164,8 +172,8 @@ class ItemRunner {
     const int64_t rows = w.rows(), nq = w.i1 - w.i0;
     RowStates rs;
     if (w.n_split > 1) {
-      rs = {split_m_.data() + w.state0, split_l_.data() + w.state0,
-            split_acc_.data() + w.state0 * dv_pad_, dv_pad_};
+      rs = {split_m_.get() + w.state0, split_l_.get() + w.state0,
+            split_acc_.get() + w.state0 * dv_pad_, dv_pad_};
     } else {
       float* st = states_[worker].data();
       rs = {st, st + max_rows_, st + 2 * max_rows_, dv_pad_};
@@ -200,7 +208,7 @@ class ItemRunner {
           if (split_m_[sr] == -std::numeric_limits<float>::infinity()) continue;
           const float ws = std::exp(split_m_[sr] - st.m);
           st.l += ws * split_l_[sr];
-          const float* src = split_acc_.data() + sr * dv_pad_;
+          const float* src = split_acc_.get() + sr * dv_pad_;
           float* dst = acc.data();
           for (int64_t d = 0; d < n; ++d) dst[d] += ws * src[d];
         }
@@ -209,9 +217,9 @@ class ItemRunner {
     }
   }
 
-  const float* split_m() const { return split_m_.data(); }
-  const float* split_l() const { return split_l_.data(); }
-  const float* split_acc() const { return split_acc_.data(); }
+  const float* split_m() const { return split_m_.get(); }
+  const float* split_l() const { return split_l_.get(); }
+  const float* split_acc() const { return split_acc_.get(); }
   int64_t dv_pad() const { return dv_pad_; }
 
  private:
@@ -221,7 +229,7 @@ class ItemRunner {
   const int64_t max_rows_;  // MaxItemRows(p): rows of the per-worker row states
   std::vector<std::unique_ptr<ScratchBuffer>> scratch_;
   std::vector<std::vector<float>> states_;
-  std::vector<float> split_m_, split_l_, split_acc_;
+  std::unique_ptr<float[]> split_m_, split_l_, split_acc_;
 };
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {

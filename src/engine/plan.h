@@ -65,7 +65,7 @@ inline WorkItem SparseRowItem(const Problem& p, int64_t b, int64_t i, int64_t hk
 }
 
 // Keys per softmax step of the per-tile dequant AMX path, in tiles (EngineScratch::step).
-constexpr int64_t kStepTiles = 2;
+constexpr int64_t kStepTiles = 4;
 
 // The most rows an item of p's plan can have (sizes the scratch and the row states).
 int64_t MaxItemRows(const Problem& p);

@@ -174,7 +174,7 @@ inline __m256i ExactBf16(__m512 x) {
 }
 
 // dst[d] = bf16(x[d] * scale[(d / d_group) * sd]) for d < D (D % 32 == 0, d_group % 32 == 0).
-template <Elem E>
+template <Elem E, bool kCheck>
 inline void DequantRowBf16(const uint8_t* src, const float* scale, int64_t sd, int64_t d_group,
                            int64_t D, const float* table, uint16_t* dst) {
   // fpclass: QNaN | SNaN | denormal. Those lanes take the exact integer rounding (VCVTNE2PS2BF16
@@ -185,10 +185,32 @@ inline void DequantRowBf16(const uint8_t* src, const float* scale, int64_t sd, i
     const __m512 x0 = _mm512_mul_ps(LoadQuant16<E>(src + d0, table), s);
     const __m512 x1 = _mm512_mul_ps(LoadQuant16<E>(src + d0 + 16, table), s);
     __m512i y = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0));
-    if ((_mm512_fpclass_ps_mask(x0, kOdd) | _mm512_fpclass_ps_mask(x1, kOdd)) != 0)
+    if (kCheck && (_mm512_fpclass_ps_mask(x0, kOdd) | _mm512_fpclass_ps_mask(x1, kOdd)) != 0)
       y = _mm512_inserti64x4(_mm512_castsi256_si512(ExactBf16(x0)), ExactBf16(x1), 1);
     _mm512_storeu_si512(dst + d0, y);
   }
+}
+
+// Whether int8 x scale can be neither NaN nor denormal for every scale of a row: a finite scale
+// that is 0 or at least FLT_MIN in magnitude (|x| >= 1 for x != 0). Then VCVTNE2PS2BF16 rounds
+// every product as ExactBf16 does and the per-vector class check is skipped.
+inline bool Int8RowPlain(const float* scale, int64_t sd, int64_t d_group, int64_t D) {
+  for (int64_t t = 0; t * d_group < D; ++t) {
+    const float a = std::fabs(scale[t * sd]);
+    if (!(a == 0.f || (a >= std::numeric_limits<float>::min() &&
+                       a <= std::numeric_limits<float>::max())))
+      return false;
+  }
+  return true;
+}
+
+template <Elem E>
+inline void DequantRowBf16(const uint8_t* src, const float* scale, int64_t sd, int64_t d_group,
+                           int64_t D, const float* table, uint16_t* dst) {
+  if (E == Elem::kI8 && Int8RowPlain(scale, sd, d_group, D))
+    DequantRowBf16<E, false>(src, scale, sd, d_group, D, table, dst);
+  else
+    DequantRowBf16<E, true>(src, scale, sd, d_group, D, table, dst);
 }
 
 template <Elem E, typename Pf>
@@ -218,7 +240,7 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
   // [TN][Dn], the packed V of the step [kStepTiles * TN / 2][ldvp] pairs and the step's scores
   // [rows][TS] (P as bf16 over the first half of each fp32 score row); sc.q the bf16 query rows.
   constexpr int64_t TS = kStepTiles * TN;
-  static_assert(kStepTiles == 2, "one step is one or two tiles (SoftmaxBlock16N<TN / TS>)");
+  static_assert(kStepTiles >= 1 && kStepTiles <= 4, "SoftmaxBlock16N below takes 1-4 tiles");
   uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
   uint32_t* kp[kStepTiles];
   for (int64_t k = 0; k < kStepTiles; ++k)
@@ -228,7 +250,9 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
   // Packed V rows one cache line longer when Dv pairs are a multiple of 1 KiB (as AccStride).
   const int64_t ldvp = Dv % 256 == 0 ? Dv + 16 : Dv;
   float* ss = reinterpret_cast<float*>(vp + kStepTiles * (TN / 2) * ldvp);
-  const int64_t lds = TS, ldp = 2 * TS;
+  // Score rows one cache line longer when TS floats are a multiple of 1 KiB (as AccStride): the
+  // P tile loads read 16 rows at this stride.
+  const int64_t lds = TS % 256 == 0 ? TS + 16 : TS, ldp = 2 * lds;
 
   const Dequant& dq = p.k.dequant;
   const Elem ke = p.k.cache.elem;
@@ -313,13 +337,17 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
       float* sb = ss + r0 * lds;
       float* a = out.acc + r0 * out.acc_stride;
-      if (ntile == kStepTiles)
-        SoftmaxBlock16N<TS>(sb, lds, scale, out.m + r0, out.l + r0, a, out.acc_stride, ldv);
-      else
-        SoftmaxBlock16N<TN>(sb, lds, scale, out.m + r0, out.l + r0, a, out.acc_stride, ldv);
+      float* m = out.m + r0;
+      float* l = out.l + r0;
+      switch (ntile) {
+        case 1: SoftmaxBlock16N<TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv); break;
+        case 2: SoftmaxBlock16N<2 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv); break;
+        case 3: SoftmaxBlock16N<3 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv); break;
+        default: SoftmaxBlock16N<4 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv); break;
+      }
     }
-    PvRows(reinterpret_cast<const uint16_t*>(ss), ldp, vp, ldvp, Dv, ntile * (TN / 32), rows, out.acc,
-           out.acc_stride);
+    PvRows(reinterpret_cast<const uint16_t*>(ss), ldp, vp, ldvp, Dv, ntile * (TN / 32), rows,
+           out.acc, out.acc_stride);
   }
   _tile_release();
 }
