@@ -232,8 +232,16 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
   const int64_t Dn = p.d_qk, D = p.d_qk + (p.d_rope + 31) / 32 * 32, Dv = p.d_v;
   const int64_t ldv = sc.dv_pad;
   const float scale = static_cast<float>(p.scale);
-  ResetRowStates(out, rows, ldv);
-  if (w.j0 >= w.j1) return;
+  if (w.j0 >= w.j1) {
+    ResetRowStates(out, rows, ldv);
+    return;
+  }
+  // m and l only: the first step's P V writes the accumulators (PvRows with acc_init) and its
+  // softmax has nothing to rescale.
+  for (int64_t r = 0; r < rows; ++r) {
+    out.m[r] = kNegInf;
+    out.l[r] = 0.f;
+  }
 
   // Scratch (EngineScratch::step, sized by ScratchBuffer for per-tile dequant problems): the
   // packed K tiles of one step [kStepTiles][D/2][TN] pairs, the bf16 staging rows of one tile
@@ -282,21 +290,41 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
       PrefetchTileDqRow(*ring_of(ts), n, fields, Dn, scale_bytes, p.d_rope * 2);
   }
 
-  for (int64_t r = 0; r < rows; ++r) {
-    uint16_t* dst = qb + r * D;
-    const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
-    const uint16_t* src = static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
-    if (p.q.sd == 1 && p.q.d_split == 0) {
-      std::memcpy(dst, src, Dn * 2);
-    } else {
-      for (int64_t d = 0; d < Dn; ++d) dst[d] = src[DOff(p.q, d)];
+  // Q tiles straight from the query when its rows are: one query row of consecutive heads (the
+  // sparse items' shape), nope and rope adjacent in memory with no padding channel (576 = 512 +
+  // 64), row-contiguous bf16. Else the rows are packed into sc.q.
+  const uint16_t* qt = qb;
+  int64_t ldq = D;
+  const uint16_t* q0 = static_cast<const uint16_t*>(p.q.Base(b)) +
+                       p.q.Offset(b, w.hk * G + w.g0, p.q_begin[b] + w.i0, 0);
+  const bool q_direct =
+      nq == 1 && p.q.sd == 1 && p.q.d_split == 0 && D == Dn + p.d_rope &&
+      (p.d_rope == 0 ||
+       (p.q_rope.sd == 1 && p.q_rope.d_split == 0 && p.q_rope.sh == p.q.sh &&
+        static_cast<const uint16_t*>(p.q_rope.Base(b)) +
+                p.q_rope.Offset(b, w.hk * G + w.g0, p.q_begin[b] + w.i0, 0) ==
+            q0 + Dn));
+  if (q_direct) {
+    qt = q0;
+    ldq = p.q.sh;
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      uint16_t* dst = qb + r * D;
+      const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+      const uint16_t* src =
+          static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
+      if (p.q.sd == 1 && p.q.d_split == 0) {
+        std::memcpy(dst, src, Dn * 2);
+      } else {
+        for (int64_t d = 0; d < Dn; ++d) dst[d] = src[DOff(p.q, d)];
+      }
+      if (p.d_rope > 0) {
+        const uint16_t* rsrc =
+            static_cast<const uint16_t*>(p.q_rope.Base(b)) + p.q_rope.Offset(b, h, row, 0);
+        for (int64_t d = 0; d < p.d_rope; ++d) dst[Dn + d] = rsrc[DOff(p.q_rope, d)];
+      }
+      for (int64_t d = Dn + p.d_rope; d < D; ++d) dst[d] = 0;
     }
-    if (p.d_rope > 0) {
-      const uint16_t* rsrc =
-          static_cast<const uint16_t*>(p.q_rope.Base(b)) + p.q_rope.Offset(b, h, row, 0);
-      for (int64_t d = 0; d < p.d_rope; ++d) dst[Dn + d] = rsrc[DOff(p.q_rope, d)];
-    }
-    for (int64_t d = Dn + p.d_rope; d < D; ++d) dst[d] = 0;
   }
 
   const uint16_t* srow[TN];
@@ -328,7 +356,7 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
       PackK(srow, nk, Dn, kp[k]);
       if (p.d_rope > 0) PackK(cur->rope, nk, p.d_rope, kp[k] + Dn / 2 * TN);
       PackV(srow, nk, Dv, vp + k * (TN / 2) * ldvp, ldvp);
-      ScoreRows(qb, D, kp[k], D, rows, ss + k * TN, lds);
+      ScoreRows(qt, ldq, kp[k], D, rows, ss + k * TN, lds);
       if (nk < TN) {
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t n = nk; n < TN; ++n) ss[r * lds + k * TN + n] = pad;
@@ -339,15 +367,18 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
       float* a = out.acc + r0 * out.acc_stride;
       float* m = out.m + r0;
       float* l = out.l + r0;
+      const bool live = t0 != tile0;  // the accumulators hold earlier steps
       switch (ntile) {
-        case 1: SoftmaxBlock16N<TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv); break;
-        case 2: SoftmaxBlock16N<2 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv); break;
-        case 3: SoftmaxBlock16N<3 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv); break;
-        default: SoftmaxBlock16N<4 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv); break;
+        case 1: SoftmaxBlock16N<TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, live); break;
+        case 2: SoftmaxBlock16N<2 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, live); break;
+        case 3: SoftmaxBlock16N<3 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, live); break;
+        default:
+          SoftmaxBlock16N<4 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, live);
+          break;
       }
     }
     PvRows(reinterpret_cast<const uint16_t*>(ss), ldp, vp, ldvp, Dv, ntile * (TN / 32), rows,
-           out.acc, out.acc_stride);
+           out.acc, out.acc_stride, /*acc_init=*/t0 == tile0);
   }
   _tile_release();
 }

@@ -270,9 +270,11 @@ inline void RescaleMoved(unsigned moved, const float* alpha, float* acc, int64_t
 // l = l * alpha + sum, acc *= alpha), but the row maxima and sums are reduced across the 16 rows
 // together and the 16 rescale factors come from one vector exp. s: 16 score rows of NK floats
 // (row stride lds floats); P is written over each row's first half as bf16.
+// acc_live false: the accumulators are not written yet (the caller's P V initializes them), so
+// nothing is rescaled; only valid when every row is fresh (m = -inf).
 template <int NK>
 inline void SoftmaxBlock16N(float* s, int64_t lds, float scale, float* m, float* l, float* acc,
-                            int64_t lda, int64_t ldv) {
+                            int64_t lda, int64_t ldv, bool acc_live = true) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   alignas(64) float part[16][16];
   alignas(64) float mrow[16];
@@ -324,6 +326,7 @@ inline void SoftmaxBlock16N(float* s, int64_t lds, float scale, float* m, float*
   _mm512_mask_storeu_ps(l, live, l_new);
   _mm512_mask_storeu_ps(m, live, m_new);
   // Rows whose maximum moved rescale their accumulator (alpha != 1, NaN included).
+  if (!acc_live) return;
   alignas(64) float av[16];
   _mm512_store_ps(av, alpha);
   RescaleMoved(_mm512_mask_cmp_ps_mask(live, alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ), av, acc,
@@ -389,8 +392,9 @@ inline void ScoreRows(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_
 // accumulator set (tmm0-3), so each P tile and each V tile feeds two products. The accumulator
 // passes through the tiles once per call: one call for several 64-key tiles (nkk = 4: 128 keys)
 // divides its L2 traffic. Per element the key chunks are summed in ascending order, like PvTile.
+// acc_init: the accumulators are written, not read (acc = P V).
 inline void PvRows(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t ldvp, int64_t Dv,
-                   int64_t nkk, int64_t rows, float* acc, int64_t lda) {
+                   int64_t nkk, int64_t rows, float* acc, int64_t lda, bool acc_init = false) {
   for (int64_t c = 0; c < Dv; c += 32) {
     for (int64_t r0 = 0; r0 < rows; r0 += 32) {
       const bool two = r0 + 16 < rows;
@@ -398,11 +402,18 @@ inline void PvRows(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t l
       float* a1 = a0 + 16 * lda;
       const uint16_t* p0 = p + r0 * ldp;
       CompilerFence();
-      _tile_loadd(0, a0, lda * 4);
-      _tile_loadd(1, a0 + 16, lda * 4);
-      if (two) {
-        _tile_loadd(2, a1, lda * 4);
-        _tile_loadd(3, a1 + 16, lda * 4);
+      if (acc_init) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else {
+        _tile_loadd(0, a0, lda * 4);
+        _tile_loadd(1, a0 + 16, lda * 4);
+        if (two) {
+          _tile_loadd(2, a1, lda * 4);
+          _tile_loadd(3, a1 + 16, lda * 4);
+        }
       }
       for (int64_t kk = 0; kk < nkk; ++kk) {
         const uint32_t* v = vp + kk * 16 * ldvp + c;
