@@ -349,48 +349,34 @@ inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc
   SoftmaxBlock16N<TN>(s, TN, scale, m, l, acc, lda, ldv);
 }
 
-// S = Q K^T for `rows` rows (a multiple of 16) against one packed K tile: two row blocks x 32
-// keys per accumulator set (tmm0-3) over all channels, so each Q tile and each K tile loaded
-// feeds two products (one tile load per product; ScoreTile's one Q x four K tiles need 1.25).
-// Measured on the 2-vCPU VM: a tile load costs more than a TDPBF16PS and the two barely overlap,
-// while L1 vs L2 residency changes a load's cost by ~15%, so the load count is what matters.
-// Scores go to s (row stride lds floats); per score the channel chunks are summed in ascending
-// order into one accumulator.
+// S = Q K^T for `rows` rows (a multiple of 16) against one packed K tile, with the channels in
+// groups of kScoreGroup: each group's part of the K tile (kScoreGroup / 2 x TN pairs, 24 KiB)
+// stays in L1 while every row block passes over it; the partial scores go through s (row stride
+// lds floats). A K tile of D = 576 channels (74 KiB) does not fit L1, and tile loads from L2 run
+// far below the TMUL rate. Per score the channel chunks are summed in ascending order into one
+// accumulator. (A 2x2-blocked version over all channels, one tile load per product but K from
+// L2, measured 27% slower on P3 and 9% slower on S1, single thread, separate processes.)
+constexpr int64_t kScoreGroup = 192;
 inline void ScoreRows(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t D,
                       int64_t rows, float* s, int64_t lds) {
-  for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-    const bool two = r0 + 16 < rows;
-    const uint16_t* q0 = q + r0 * ldq;
-    const uint16_t* q1 = q0 + 16 * ldq;
-    for (int64_t n0 = 0; n0 < TN; n0 += 32) {
-      float* c0 = s + r0 * lds + n0;
-      float* c1 = c0 + 16 * lds;
+  for (int64_t g0 = 0; g0 < D; g0 += kScoreGroup) {
+    const int64_t g1 = std::min(D, g0 + kScoreGroup);
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+      float* c = s + r0 * lds;
       CompilerFence();
-      _tile_zero(0);
-      _tile_zero(1);
-      if (two) {
-        _tile_zero(2);
-        _tile_zero(3);
+      if (g0 == 0) {
+        ScoreBegin();
+      } else {
+        _tile_loadd(0, c, lds * 4);
+        _tile_loadd(1, c + 16, lds * 4);
+        _tile_loadd(2, c + 32, lds * 4);
+        _tile_loadd(3, c + 48, lds * 4);
       }
-      for (int64_t d0 = 0; d0 < D; d0 += 32) {
-        const uint32_t* b = kp + (d0 / 2) * TN + n0;
-        _tile_loadd(4, q0 + d0, ldq * 2);
-        _tile_loadd(6, b, TN * 4);
-        _tile_loadd(7, b + 16, TN * 4);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        if (two) {
-          _tile_loadd(5, q1 + d0, ldq * 2);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-      }
-      _tile_stored(0, c0, lds * 4);
-      _tile_stored(1, c0 + 16, lds * 4);
-      if (two) {
-        _tile_stored(2, c1, lds * 4);
-        _tile_stored(3, c1 + 16, lds * 4);
-      }
+      for (int64_t d0 = g0; d0 < g1; d0 += 32) ScoreChunk(q + r0 * ldq, ldq, kp, d0);
+      _tile_stored(0, c, lds * 4);
+      _tile_stored(1, c + 16, lds * 4);
+      _tile_stored(2, c + 32, lds * 4);
+      _tile_stored(3, c + 48, lds * 4);
       CompilerFence();
     }
   }
