@@ -273,5 +273,18 @@ TEST(Amx, PrefillGroupShapes) {
   RunPrefill(s);
 }
 
+TEST(Amx, PrefillWideScores) {
+  // Scores spread over hundreds of units: many exp arguments below -125 (base 2), where the
+  // kernel's exp returns 0 instead of a value that would underflow (amx_prefill-inl.h,
+  // Exp2NonPositive), next to the causal diagonal's masked cells (-inf).
+  CaseSpec s = Prefill(64, 64, {150}, {300});
+  s.h_q = 8;
+  s.h_kv = 2;
+  s.causal_br = true;
+  s.amp = 12.f;
+  s.seed = 5;
+  RunPrefill(s);
+}
+
 }  // namespace
 }  // namespace openfia::internal::testing
