@@ -30,11 +30,18 @@ constexpr int64_t kBlockRows = 16;
 constexpr int64_t kMaxBlocks = kMaxRows / kBlockRows;
 constexpr float kLog2e = 1.44269504088896341f;
 
-// 2^t for t <= 0 (a larger t only from rounding, a few ulp above 0), NaN for NaN, 0 below -150.
+// 2^t for t <= 0 (a larger t only from rounding, a few ulp above 0), NaN for NaN, 0 below -125.
+// No step yields a subnormal or an underflowing result: those take a microcode assist per
+// instruction without FTZ (masked cells, t = -inf, made the causal diagonal blocks ~10x slower
+// than full ones). 2^t below 2^-125 becomes 0: as P it would be subnormal-adjacent and is dropped
+// by the bf16 tile product's flush anyway (kernels_amx.cc, top); in the row sum (>= 1) it is far
+// below one ulp.
 inline __m512 Exp2NonPositive(__m512 t) {
-  // max(lo, t) keeps a NaN t (the second operand wins); -inf and anything below -160 become -160,
-  // whose power of two underflows to exactly 0.
-  t = _mm512_max_ps(_mm512_set1_ps(-160.f), t);
+  // t >= -125 or NaN (_CMP_NLT_UQ is true for NaN): the lanes that keep their power.
+  const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-125.f), _CMP_NLT_UQ);
+  // max(lo, t) keeps a NaN t (the second operand wins); -inf and anything below -125 become -125,
+  // whose power of two is normal.
+  t = _mm512_max_ps(_mm512_set1_ps(-125.f), t);
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);  // [-0.5, 0.5]
   // Minimax fit of 2^f on [-0.5, 0.5] with p(0) = 1 exactly: relative error 1.7e-7.
@@ -44,7 +51,7 @@ inline __m512 Exp2NonPositive(__m512 t) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402224243e-01f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931470037e-01f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);  // p * 2^n, one rounding (subnormal results kept)
+  return _mm512_maskz_scalef_ps(keep, p, n);  // p * 2^n >= 2^-125.5: normal, one rounding
 }
 
 // One block of up to 16 rows of a work item.

@@ -292,5 +292,34 @@ TEST(Amx, PrefillGroupShapes) {
   RunPrefill(s);
 }
 
+TEST(Amx, PrefillWideScores) {
+  // Scores spread over hundreds of units: many exp arguments below -125 (base 2), where the
+  // kernel's exp returns 0 instead of a value that would underflow (amx_prefill-inl.h,
+  // Exp2NonPositive), next to the causal diagonal's masked cells (-inf).
+  CaseSpec s = Prefill(64, 64, {150}, {300});
+  s.h_q = 8;
+  s.h_kv = 2;
+  s.causal_br = true;
+  s.amp = 12.f;
+  s.seed = 5;
+  RunPrefill(s);
+}
+
+TEST(Amx, PrefillPrefixContiguous) {
+  // Contiguous caches (one tensor, then a tensor list) behind a shared prefix of 70 rows, in big
+  // prefill items: the tile holding keys 64-127 mixes prefix and cache rows, batch 1 reads its
+  // own base.
+  for (bool tl : {false, true}) {
+    CaseSpec s = Prefill(64, 64, {140, 70}, {200, 90});
+    s.h_q = 8;
+    s.h_kv = 2;
+    s.prefix = 70;
+    s.tensor_list = tl;
+    s.causal_br = true;
+    s.seed = 6;
+    RunPrefill(s);
+  }
+}
+
 }  // namespace
 }  // namespace openfia::internal::testing
