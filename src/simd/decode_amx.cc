@@ -404,10 +404,13 @@ inline void VLoad32(const char* row, const DqOp& r, int64_t c0, __m512* a, __m51
 // Rows [0, RB) x channels [c0, c0 + 32 NV) of acc (row stride lda) += P (row stride TN) V over
 // keys [0, nk); t[i] (per-token offsets: sum_n P[i][n] offset[n]) is added to every channel.
 // pre(n) is called at every 8th key (prefetch of the next tile's rows) when pre_on.
-// Accumulator block: kPvRb rows x 32 kPvNv channels (16 registers): one pass over the keys
-// reads whole value rows (all 128 channels of a Llama head), the next row block reads them
-// again from L1.
-constexpr int kPvRb = 2, kPvNv = 4;
+// Accumulator block (16 registers): bf16 2 rows x 128 channels (one pass over the keys reads
+// whole value rows, all 128 channels of a Llama head; the next row block reads them again from
+// L1: measured 1.1x over 4 rows x 64 channels); int8 / int4, whose widening costs more ALU work
+// than a bf16 shift / mask, 4 rows x 64 channels (each chunk widened once per row block:
+// measured 1.1x over 2 x 128).
+constexpr int PvRb(Kind k) { return k == Kind::kBf16 ? 2 : 4; }
+constexpr int PvNv(Kind k) { return k == Kind::kBf16 ? 4 : 2; }
 
 template <Kind K, Elem E, int M, int RB, int NV, typename F>
 inline void PvBlock(const float* pf, const char* const* vrow, const DqOp& r, int64_t nk,
@@ -445,12 +448,18 @@ inline void PvRows(const float* pf, const char* const* vrow, const DqOp& r, int6
                    int64_t Dv, float* acc, int64_t lda, const float* t, bool pre_on, F&& pre) {
   if (pre_on)  // slices the key loop of a short tile does not reach
     for (int64_t n = (nk + 7) / 8 * 8; n < TN; n += 8) pre(n);
-  for (int64_t c0 = 0; c0 < Dv; c0 += 32 * kPvNv, pre_on = false) {
-    switch (std::min<int64_t>(kPvNv, (Dv - c0) / 32)) {
-      case 1: PvBlock<K, E, M, RB, 1>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre); break;
-      case 2: PvBlock<K, E, M, RB, 2>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre); break;
-      case 3: PvBlock<K, E, M, RB, 3>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre); break;
-      default: PvBlock<K, E, M, RB, kPvNv>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre); break;
+  constexpr int kNv = PvNv(K);
+  for (int64_t c0 = 0; c0 < Dv; c0 += 32 * kNv, pre_on = false) {
+    // The last block of Dv / 32 % kNv chunks: 1 .. kNv - 1.
+    const int64_t nv = std::min<int64_t>(kNv, (Dv - c0) / 32);
+    if (nv == kNv) {
+      PvBlock<K, E, M, RB, kNv>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre);
+    } else if (nv == 1) {
+      PvBlock<K, E, M, RB, 1>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre);
+    } else if constexpr (kNv > 2) {
+      if (nv == 2) PvBlock<K, E, M, RB, 2>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre);
+      if constexpr (kNv > 3)
+        if (nv == 3) PvBlock<K, E, M, RB, 3>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre);
     }
   }
 }
@@ -459,15 +468,22 @@ inline void PvRows(const float* pf, const char* const* vrow, const DqOp& r, int6
 template <Kind K, Elem E, int M, typename F>
 inline void PvFma(const float* pf, int64_t R, const char* const* vrow, const DqOp& r, int64_t nk,
                   int64_t Dv, float* acc, int64_t lda, const float* t, F&& pre) {
-  for (int64_t r0 = 0; r0 < R; r0 += kPvRb) {
+  constexpr int kRb = PvRb(K);
+  for (int64_t r0 = 0; r0 < R; r0 += kRb) {
     const float* p0 = pf + r0 * TN;
     float* a0 = acc + r0 * lda;
     const float* t0 = t + r0;
     const bool first = r0 == 0;
-    if (R - r0 >= kPvRb) {
-      PvRows<K, E, M, kPvRb>(p0, vrow, r, nk, Dv, a0, lda, t0, first, pre);
-    } else {
+    // The last block of R % kRb rows: 1 .. kRb - 1.
+    const int64_t rb = std::min<int64_t>(kRb, R - r0);
+    if (rb == kRb) {
+      PvRows<K, E, M, kRb>(p0, vrow, r, nk, Dv, a0, lda, t0, first, pre);
+    } else if (rb == 1) {
       PvRows<K, E, M, 1>(p0, vrow, r, nk, Dv, a0, lda, t0, first, pre);
+    } else if constexpr (kRb > 2) {
+      if (rb == 2) PvRows<K, E, M, 2>(p0, vrow, r, nk, Dv, a0, lda, t0, first, pre);
+      if constexpr (kRb > 3)
+        if (rb == 3) PvRows<K, E, M, 3>(p0, vrow, r, nk, Dv, a0, lda, t0, first, pre);
     }
   }
 }
