@@ -1,33 +1,37 @@
 // openfia: AMX-BF16 decode kernel (few query rows per KV head; see simd/decode.h).
 //
-// Decode reads every K/V byte for only G (GQA group x query rows, <= 16) rows, so the fp32 FMA
-// path spends ~64 FMAs per (key, KV head) and is compute-bound far below the memory bandwidth.
-// Here both products run on AMX tiles and the vector units only move data:
-//   S^T = K Q^T    A = 16 keys x 32 channels loaded straight from the cache rows (tile loads
-//                  take any row stride; paged or contiguous rows of one block are equally spaced),
-//                  B = the item's query rows as bf16 pairs (packed once per item), C = 16 x R f32;
+// Decode reads every K/V byte for only G (GQA group x query rows, <= 16) rows, so the kernel
+// must be bound by the loads of the cache, not by math. Per KV head and 64-key tile:
+//   S^T = K Q^T    on AMX: A = 16 keys x 32 channels loaded straight from the cache rows (tile
+//                  loads take any row stride; paged or contiguous rows of one block are equally
+//                  spaced), B = the item's query rows as bf16 pairs (packed once per item),
+//                  C = 16 x R f32;
 //   softmax        fp32, the same operations as attend-inl.h (scale, running max, exp, sum,
 //                  P rounded to bf16 per SPEC 2.6 before P.V);
-//   acc += P V     A = P (R rows x 32 keys bf16), B = two value rows interleaved word-wise
-//                  (VPUNPCKL/HWD; the output columns come permuted within 32-channel blocks and
-//                  are put back in order at the end of the item), C = a fresh tile added to the
-//                  fp32 row states on the vector units.
-// The P V steps of one KV head are issued interleaved with the score steps of the next, so the
-// two tile dependency chains overlap.
+//   acc += P V     fp32 FMAs on the vector units (PvFma): each value row is widened in registers
+//                  and FMAed into up to 4 rows x 64 channels of accumulators; no repacking of V
+//                  and no tile loads of it (with R = 4 rows an AMX P.V step pays a full V tile
+//                  load for 4 rows of work, and packing V pairs for it is a store -> tile load
+//                  round trip, which does not forward).
+// The score steps of head x + 1 are issued before head x's P V, so the tile unit works on them
+// while the vector units run the FMAs.
 // bf16 x bf16 products are exact in fp32; only the summation order differs from the FMA path.
 // AMX-BF16 treats bf16 subnormal inputs as zero and flushes subnormal results (see
-// kernels_amx.cc): far inside the bf16 tolerance. int8 / int4 antiquant operands are dequantized
-// on the way into the tiles: (x + offset) * scale in fp32 as attend-inl.h's DqAt computes it,
-// rounded to bf16 (the query dtype) by VCVTNE2PS2BF16.
+// kernels_amx.cc): far inside the bf16 tolerance. int8 / int4 keys are dequantized on the way
+// into the tiles: (x + offset) * scale in fp32 as attend-inl.h's DqAt computes it, rounded to
+// bf16 (the query dtype) by VCVTNE2PS2BF16. int8 / int4 values widen to fp32 in registers
+// (exact integers); a per-token scale is folded into P (p * scale, one fp32 rounding instead of
+// the reference's bf16 rounding of x * scale: within the bf16 output tolerance) and a per-token
+// offset into one per-row term; per-channel parameters are applied to the widened row.
 //
 // Items it runs: dense (no sparse lists, no second source), bf16 query, no rope, no pse, no
 // mask, no band cutting into the item's keys (every tile fully visible), <= 16 rows per KV head,
 // d_qk and d_v multiples of 32 (<= 512), K and V each bf16 row-contiguous or int8/int4 with a
 // vector-antiquant Dequant (no shared prefix then). Everything else returns false.
 //
-// Memory: the item's tiles are read in address order per head; the next tile's rows of every
-// head are prefetched into L2 while the current one is computed (one tile ahead), the first
-// tile at the start of the item.
+// Memory: the item's tiles are read head by head; the next tile's rows are prefetched into L2
+// while the current one is computed (one tile ahead; token by token in address order, spread
+// over the P V key loops of the heads), the first tile at the start of the item.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -70,8 +74,7 @@ struct alignas(64) TileConfig {
 };
 
 // tmm0-1: score accumulators (16 keys x R f32), tmm2-3: K (16 keys x 32 channels bf16),
-// tmm4: Q^T pairs (16 channel pairs x R), tmm5: output accumulator (R x 16 f32),
-// tmm6: P (R x 32 keys bf16), tmm7: V pairs (16 key pairs x 16 channels x 2).
+// tmm4: Q^T pairs (16 channel pairs x R).
 inline void LoadConfig(int64_t R) {
   TileConfig c;
   std::memset(&c, 0, sizeof(c));
@@ -85,9 +88,6 @@ inline void LoadConfig(int64_t R) {
   set(2, 16, 64);
   set(3, 16, 64);
   set(4, 16, 4 * R);
-  set(5, R, 64);
-  set(6, R, 64);
-  set(7, 16, 64);
   // Not _tile_loadconfig: GCC 12's version declares only the first 8 bytes of the config as its
   // input, so the compiler may drop or sink the stores of the rest (seen: garbage rows/colsb and
   // SIGILL on the first tile op in a -O3 build). Here the whole struct is the operand.
@@ -133,7 +133,6 @@ inline bool Can(const Problem& p, const WorkItem& w, Kind* kk, Kind* vk) {
   const int64_t R = w.head_rows();
   if (R < 1 || R > 16 || w.j0 >= w.j1) return false;
   if (p.d_qk % 32 != 0 || p.d_v % 32 != 0 || p.d_qk > 512 || p.d_v > 512) return false;
-  if (R * p.d_v > 4096) return false;  // the scratch layout of Run
   if (!OperandKind(p.k, kk) || !OperandKind(p.v, vk)) return false;
   // Every tile fully visible: the band lets each row see every key of the item.
   const auto at = [&](const std::vector<int64_t>& v) {
@@ -205,9 +204,25 @@ inline void Prefetch(const Problem& p, const TileRows& t, int64_t x, bool v, int
   }
 }
 
-// 16 f32 (bf16-exact) -> 16 bf16 bit patterns.
-inline __m256i Bf16Bits(__m512 x) {
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16));
+// Slice i (of 8) of the next tile's share of head x (of n_hk) of the current tile: its tokens'
+// K and V rows of every head, token by token in address order (a token's rows of all heads are
+// usually one contiguous run: BSH / paged caches), so the accesses stream.
+inline void PrefetchSlice(const Problem& p, const TileRows& t, int64_t n_hk, int64_t x,
+                          int64_t i) {
+  const int64_t s = x * 8 + i, ns = n_hk * 8;
+  const int64_t n0 = s * t.nk / ns, n1 = (s + 1) * t.nk / ns;
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t h = 0; h < n_hk; ++h) {
+      Prefetch(p, t, h, false, n, n + 1);
+      Prefetch(p, t, h, true, n, n + 1);
+    }
+}
+
+// Keys [16 k, 16 k + 16) of a tile of nk keys that exist.
+inline __mmask16 LiveMask(int64_t nk, int k) {
+  return static_cast<__mmask16>(nk >= 16 * (k + 1) ? 0xFFFF
+                                : nk <= 16 * k    ? 0
+                                                  : (1u << (nk - 16 * k)) - 1);
 }
 
 // Antiquant of one operand (OperandKind accepted it): the scale / offset of each row of the
@@ -263,31 +278,43 @@ inline void FillDq(const KvOperand& kv, const char* const* row, const int64_t* c
       _mm512_store_ps(r->oc + d, r->has_off ? LoadParam16(dq.offset, dq.offset_elem, i + d)
                                             : _mm512_setzero_ps());
     }
+    // int4 rows widen as [16 even | 16 odd] channels per 32 (LoadQ32): the parameters too.
+    if (kv.cache.elem == Elem::kI4) {
+      const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+      const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+      for (float* a : {r->sc, r->oc})
+        for (int64_t d = 0; d < D; d += 32) {
+          const __m512 lo = _mm512_load_ps(a + d), hi = _mm512_load_ps(a + d + 16);
+          _mm512_store_ps(a + d, _mm512_permutex2var_ps(lo, ev, hi));
+          _mm512_store_ps(a + d + 16, _mm512_permutex2var_ps(lo, od, hi));
+        }
+    }
   }
 }
 
-// 32 channels [d0, d0 + 32) of a dequantized row as bf16: (x + offset) * scale in fp32 as DqAt
-// computes it, rounded to bf16 by VCVTNE2PS2BF16 (round to nearest even like RoundBF16, except
-// that subnormal results become zero: TDPBF16PS reads bf16 subnormals as zero anyway).
-// Channels [d0, d0 + 32) of an int8 / int4 row as f32 (exact small integers). int4: 16 bytes,
-// low nibble first, sign-extended in 16-bit lanes; the in-lane word interleave leaves channels
-// 0-7 | 16-23 and 8-15 | 24-31, which one 128-bit lane swap puts in order.
+// Channels [d0, d0 + 32) of an int8 / int4 row as f32 (exact small integers). int8: in channel
+// order. int4 (16 bytes, low nibble first): each byte widened to a 32-bit lane and looked up in a
+// 16-entry table of the signed nibble values (VPERMPS reads only the low 4 bits of an index), so
+// *lo gets the even channels d0 + 2i and *hi the odd ones: [16 even | 16 odd] (FillDq stores
+// per-channel parameters in that order too).
 template <Elem E>
 inline void LoadQ32(const char* row, int64_t d0, __m512* lo, __m512* hi) {
   if constexpr (E == Elem::kI8) {
     *lo = V::LoadI8(reinterpret_cast<const int8_t*>(row) + d0);
     *hi = V::LoadI8(reinterpret_cast<const int8_t*>(row) + d0 + 16);
   } else {
-    const __m256i w =
-        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d0 / 2)));
-    const __m256i l = _mm256_srai_epi16(_mm256_slli_epi16(w, 12), 12);
-    const __m256i h = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 12);
-    const __m256i a = _mm256_unpacklo_epi16(l, h), b = _mm256_unpackhi_epi16(l, h);
-    *lo = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_permute2x128_si256(a, b, 0x20)));
-    *hi = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_permute2x128_si256(a, b, 0x31)));
+    const __m512 table = _mm512_set_ps(-1, -2, -3, -4, -5, -6, -7, -8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i w =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d0 / 2)));
+    *lo = _mm512_permutexvar_ps(w, table);
+    *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(w, 4), table);
   }
 }
 
+// 32 channels [d0, d0 + 32) of a dequantized row as bf16 pairs: (x + offset) * scale in fp32 as
+// DqAt computes it, rounded to bf16 (the query dtype) by VCVTNE2PS2BF16 (round to nearest even
+// like RoundBF16, except that subnormal results become zero: TDPBF16PS reads bf16 subnormals as
+// zero anyway). int4's [even | odd] halves are interleaved back to channel order by one VPERMW.
 template <Elem E, int M>  // M: bit 0 an offset, bit 1 per-channel (else per-row) parameters
 inline __m512i DqPair(const DqOp& r, int64_t n, int64_t d0) {
   constexpr bool kOff = (M & 1) != 0, kChan = (M & 2) != 0;
@@ -310,7 +337,15 @@ inline __m512i DqPair(const DqOp& r, int64_t n, int64_t d0) {
     lo = _mm512_mul_ps(lo, sc);
     hi = _mm512_mul_ps(hi, sc);
   }
-  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  const __m512i x = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  if constexpr (E == Elem::kI8) {
+    return x;
+  } else {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                         16, 0);
+    return _mm512_permutexvar_epi16(idx, x);
+  }
 }
 
 inline int DqMode(const DqOp& r) { return (r.has_off ? 1 : 0) | (r.per_row ? 0 : 2); }
@@ -338,69 +373,148 @@ inline void DqRowsBf16(const DqOp& r, int64_t n0, int64_t nk, int64_t D, uint16_
   }
 }
 
-// 32 bf16 channels [c0, c0 + 32) of value n (bf16 row or dequantized).
+// ---- acc += P V on the vector units ----
+// Per key, the value row is widened to fp32 in registers and every row of the block FMAs it with
+// its P broadcast: no stores, no tile loads of V (an R = 4 row A tile still costs a full tile
+// load of V per TDPBF16PS, and packing V for it is a store -> tile load round trip). P comes in
+// fp32 (the bf16-rounded softmax values, times the token's scale for per-token antiquant V).
+// bf16 rows: each 32-bit lane holds channels 2i (low half) and 2i + 1 (high half); a shift gives
+// the even channels, a mask the odd ones, so the row states hold every 32-channel chunk as
+// [16 even | 16 odd] while the item runs and Unpermute restores the order at the end; int4 rows
+// widen in that order too (LoadQ32), int8 rows in channel order.
 template <Kind K, Elem E, int M>
-inline __m512i VChunk(const char* row, const DqOp& r, int64_t n, int64_t c0) {
+inline void VLoad32(const char* row, const DqOp& r, int64_t c0, __m512* a, __m512* b) {
   if constexpr (K == Kind::kBf16) {
-    return _mm512_loadu_si512(row + 2 * c0);
+    const __m512i x = _mm512_loadu_si512(row + 2 * c0);
+    *a = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    *b = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   } else {
-    return DqPair<E, M>(r, n, c0);
+    LoadQ32<E>(row, c0, a, b);
+    if constexpr ((M & 2) != 0) {  // per-channel parameters: (x + offset) * scale
+      if constexpr ((M & 1) != 0) {
+        *a = _mm512_add_ps(*a, _mm512_load_ps(r.oc + c0));
+        *b = _mm512_add_ps(*b, _mm512_load_ps(r.oc + c0 + 16));
+      }
+      *a = _mm512_mul_ps(*a, _mm512_load_ps(r.sc + c0));
+      *b = _mm512_mul_ps(*b, _mm512_load_ps(r.sc + c0 + 16));
+    }
   }
 }
 
-// The B operands of acc += P V (zero past nk): tile (kk, cb) row i holds, for 16 output columns
-// j, channel Chan(cb, j) of values 32kk + 2i and 32kk + 2i + 1. VPUNPCKL/HWD interleave two rows
-// within 128-bit lanes (1 uop each, where a full-width word permute is 3), so the columns of a
-// 32-channel block come permuted: the row states hold that order while the item runs and
-// Unpermute restores it at the end.
-inline int64_t Chan(int64_t cb, int64_t j) {
-  return 32 * (cb / 2) + 8 * (j / 4) + 4 * (cb % 2) + j % 4;
+// Rows [0, RB) x channels [c0, c0 + 32 NV) of acc (row stride lda) += P (row stride TN) V over
+// keys [0, nk); t[i] (per-token offsets: sum_n P[i][n] offset[n]) is added to every channel.
+// pre(n) is called at every 8th key (prefetch of the next tile's rows) when pre_on.
+// Accumulator block (16 registers): bf16 2 rows x 128 channels (one pass over the keys reads
+// whole value rows, all 128 channels of a Llama head; the next row block reads them again from
+// L1: measured 1.1x over 4 rows x 64 channels); int8 / int4, whose widening costs more ALU work
+// than a bf16 shift / mask, 4 rows x 64 channels (each chunk widened once per row block:
+// measured 1.1x over 2 x 128).
+constexpr int PvRb(Kind k) { return k == Kind::kBf16 ? 2 : 4; }
+constexpr int PvNv(Kind k) { return k == Kind::kBf16 ? 4 : 2; }
+
+template <Kind K, Elem E, int M, int RB, int NV, typename F>
+inline void PvBlock(const float* pf, const char* const* vrow, const DqOp& r, int64_t nk,
+                    int64_t c0, float* acc, int64_t lda, const float* t, bool pre_on, F&& pre) {
+  __m512 a[RB][2 * NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < 2 * NV; ++j) a[i][j] = _mm512_loadu_ps(acc + i * lda + c0 + 16 * j);
+  for (int64_t n = 0; n < nk; ++n) {
+    if (pre_on && (n & 7) == 0) pre(n);
+    __m512 v[2 * NV];
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) VLoad32<K, E, M>(vrow[n], r, c0 + 32 * j, &v[2 * j], &v[2 * j + 1]);
+#pragma GCC unroll 8
+    for (int i = 0; i < RB; ++i) {
+      const __m512 pb = _mm512_set1_ps(pf[i * TN + n]);
+#pragma GCC unroll 8
+      for (int j = 0; j < 2 * NV; ++j) a[i][j] = _mm512_fmadd_ps(pb, v[j], a[i][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i) {
+    const __m512 ti = _mm512_set1_ps((M & 3) == 1 ? t[i] : 0.f);
+#pragma GCC unroll 8
+    for (int j = 0; j < 2 * NV; ++j) {
+      if constexpr ((M & 3) == 1) a[i][j] = _mm512_add_ps(a[i][j], ti);
+      _mm512_storeu_ps(acc + i * lda + c0 + 16 * j, a[i][j]);
+    }
+  }
 }
 
+template <Kind K, Elem E, int M, int RB, typename F>
+inline void PvRows(const float* pf, const char* const* vrow, const DqOp& r, int64_t nk,
+                   int64_t Dv, float* acc, int64_t lda, const float* t, bool pre_on, F&& pre) {
+  if (pre_on)  // slices the key loop of a short tile does not reach
+    for (int64_t n = (nk + 7) / 8 * 8; n < TN; n += 8) pre(n);
+  constexpr int kNv = PvNv(K);
+  for (int64_t c0 = 0; c0 < Dv; c0 += 32 * kNv, pre_on = false) {
+    // The last block of Dv / 32 % kNv chunks: 1 .. kNv - 1.
+    const int64_t nv = std::min<int64_t>(kNv, (Dv - c0) / 32);
+    if (nv == kNv) {
+      PvBlock<K, E, M, RB, kNv>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre);
+    } else if (nv == 1) {
+      PvBlock<K, E, M, RB, 1>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre);
+    } else if constexpr (kNv > 2) {
+      if (nv == 2) PvBlock<K, E, M, RB, 2>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre);
+      if constexpr (kNv > 3)
+        if (nv == 3) PvBlock<K, E, M, RB, 3>(pf, vrow, r, nk, c0, acc, lda, t, pre_on, pre);
+    }
+  }
+}
+
+// acc (R rows) += P V for one head: blocks of up to 4 rows x 64 channels (16 accumulators).
+template <Kind K, Elem E, int M, typename F>
+inline void PvFma(const float* pf, int64_t R, const char* const* vrow, const DqOp& r, int64_t nk,
+                  int64_t Dv, float* acc, int64_t lda, const float* t, F&& pre) {
+  constexpr int kRb = PvRb(K);
+  for (int64_t r0 = 0; r0 < R; r0 += kRb) {
+    const float* p0 = pf + r0 * TN;
+    float* a0 = acc + r0 * lda;
+    const float* t0 = t + r0;
+    const bool first = r0 == 0;
+    // The last block of R % kRb rows: 1 .. kRb - 1.
+    const int64_t rb = std::min<int64_t>(kRb, R - r0);
+    if (rb == kRb) {
+      PvRows<K, E, M, kRb>(p0, vrow, r, nk, Dv, a0, lda, t0, first, pre);
+    } else if (rb == 1) {
+      PvRows<K, E, M, 1>(p0, vrow, r, nk, Dv, a0, lda, t0, first, pre);
+    } else if constexpr (kRb > 2) {
+      if (rb == 2) PvRows<K, E, M, 2>(p0, vrow, r, nk, Dv, a0, lda, t0, first, pre);
+      if constexpr (kRb > 3)
+        if (rb == 3) PvRows<K, E, M, 3>(p0, vrow, r, nk, Dv, a0, lda, t0, first, pre);
+    }
+  }
+}
+
+template <Kind K, Elem E, typename F>
+inline void PvFma(const float* pf, int64_t R, const char* const* vrow, const DqOp& r, int64_t nk,
+                  int64_t Dv, float* acc, int64_t lda, const float* t, F&& pre) {
+  if constexpr (K == Kind::kBf16) {
+    PvFma<K, E, 0>(pf, R, vrow, r, nk, Dv, acc, lda, t, pre);
+  } else {
+    switch (DqMode(r)) {
+      case 0: return PvFma<K, E, 0>(pf, R, vrow, r, nk, Dv, acc, lda, t, pre);
+      case 1: return PvFma<K, E, 1>(pf, R, vrow, r, nk, Dv, acc, lda, t, pre);
+      case 2: return PvFma<K, E, 2>(pf, R, vrow, r, nk, Dv, acc, lda, t, pre);
+      default: return PvFma<K, E, 3>(pf, R, vrow, r, nk, Dv, acc, lda, t, pre);
+    }
+  }
+}
+
+// The bf16-V accumulator order ([16 even | 16 odd] per 32 channels) back to channel order.
 inline void Unpermute(float* acc, int64_t rows, int64_t lda, int64_t Dv) {
   alignas(64) float t[32];
   for (int64_t r = 0; r < rows; ++r) {
     float* a = acc + r * lda;
     for (int64_t c0 = 0; c0 < Dv; c0 += 32) {
       std::memcpy(t, a + c0, sizeof(t));
-      for (int64_t k = 0; k < 32; ++k) a[Chan(c0 / 16 + k / 16, k % 16)] = t[k];
+      for (int64_t i = 0; i < 16; ++i) {
+        a[c0 + 2 * i] = t[i];
+        a[c0 + 2 * i + 1] = t[16 + i];
+      }
     }
-  }
-}
-
-template <Kind K, Elem E, int M>
-inline void PackV(const char* const* vrow, const DqOp& r, int64_t nk, int64_t Dv, uint16_t* vp,
-                  const Problem& p, const TileRows* next, int64_t x) {
-  const int64_t ncb = Dv / 16;
-  for (int64_t i = 0; i < TN / 2; ++i) {
-    const int64_t n = 2 * i, kk = i / 16, ri = i % 16;
-    uint16_t* dst = vp + kk * ncb * 512 + ri * 32;
-    if (next != nullptr && i % 4 == 0) Prefetch(p, *next, x, true, n, n + 8);
-    if (n >= nk) {
-      for (int64_t cb = 0; cb < ncb; ++cb)
-        _mm512_storeu_si512(dst + cb * 512, _mm512_setzero_si512());
-      continue;
-    }
-    for (int64_t c0 = 0; c0 < Dv; c0 += 32) {
-      const __m512i a = VChunk<K, E, M>(vrow[n], r, n, c0);
-      const __m512i b = n + 1 < nk ? VChunk<K, E, M>(vrow[n + 1], r, n + 1, c0)
-                                   : _mm512_setzero_si512();
-      const int64_t cb = c0 / 16;
-      _mm512_storeu_si512(dst + cb * 512, _mm512_unpacklo_epi16(a, b));
-      _mm512_storeu_si512(dst + (cb + 1) * 512, _mm512_unpackhi_epi16(a, b));
-    }
-  }
-}
-
-template <Kind K, Elem E>
-inline void PackV(const char* const* vrow, const DqOp& r, int64_t nk, int64_t Dv, uint16_t* vp,
-                  const Problem& p, const TileRows* next, int64_t x) {
-  if constexpr (K == Kind::kBf16) return PackV<K, E, 0>(vrow, r, nk, Dv, vp, p, next, x);
-  switch (DqMode(r)) {
-    case 0: return PackV<K, E, 0>(vrow, r, nk, Dv, vp, p, next, x);
-    case 1: return PackV<K, E, 1>(vrow, r, nk, Dv, vp, p, next, x);
-    case 2: return PackV<K, E, 2>(vrow, r, nk, Dv, vp, p, next, x);
-    default: return PackV<K, E, 3>(vrow, r, nk, Dv, vp, p, next, x);
   }
 }
 
@@ -414,15 +528,13 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
   ResetRowStates(out, w.rows(), ldv);
 
   // Scratch (sizes from ScratchBuffer): sc.q the Q^T pairs of every head [n_hk][D/2][R][2];
-  // sc.s the scores [TN][R], the scaled rows [R][TN] and P [R][TN] bf16; sc.kt the gathered or
-  // dequantized K rows [TN][D] bf16; sc.v the packed V tile (2 x Dv/16 tiles of 1 KiB).
+  // sc.s the scores [TN][R], the scaled rows [R][TN] and P [R][TN] fp32; sc.kt the gathered or
+  // dequantized K rows [TN][D] bf16.
   uint16_t* qt = reinterpret_cast<uint16_t*>(sc.q);
   float* st = sc.s;
   float* srow = sc.s + TN * 16;
-  uint16_t* pb = reinterpret_cast<uint16_t*>(sc.s + 2 * TN * 16);
+  float* pf = sc.s + 2 * TN * 16;  // [R][TN]
   uint16_t* kbuf = reinterpret_cast<uint16_t*>(sc.kt);  // [2 heads][TN][D]
-  float* pv = sc.s + 4096;                                // [R][Dv] (Can: R * Dv <= 4096)
-  uint16_t* vpb = reinterpret_cast<uint16_t*>(sc.v);     // [2 heads][TN / 32][Dv / 16][512]
 
   const uint16_t* q16 = static_cast<const uint16_t*>(p.q.Base(b));
   for (int64_t x = 0; x < w.n_hk; ++x) {
@@ -440,6 +552,7 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
 
   TileRows rows[2];
   DqOp kdq, vdq;
+  float toff[16];
   const char* krow[TN];
   const char* vrow[TN];
   const int64_t tile0 = w.j0 / TN * TN;
@@ -481,7 +594,6 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
     const char* kg[2][TN / 16];
     int64_t ks[2][TN / 16];
     const int64_t nc = D / 32, nsteps = (ng + 1) / 2 * nc;
-    const int64_t ncb = Dv / 16, nkk = (nk + 31) / 32;
     // Group g's K rows: straight from the cache when equally spaced, else gathered or
     // dequantized into the head's buffer.
     const auto stage_k = [&](int64_t x) {
@@ -510,7 +622,6 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
     const auto stage_v = [&](int64_t x) {
       for (int64_t n = 0; n < nk; ++n) vrow[n] = t.v0[n] + x * t.vstep[n];
       if constexpr (VK == Kind::kDq) FillDq(p.v, vrow, t.vc, nk, Dv, x, w.hk + x, &vdq);
-      PackV<VK, VE>(vrow, vdq, nk, Dv, vpb + (x % 2) * TN * Dv, p, has_next ? &nt : nullptr, x);
     };
     // ---- S^T = K Q^T: step i of head x (group pair i / nc, channels 32 (i % nc)) ----
     const auto score_step = [&](int64_t x, int64_t i) {
@@ -520,7 +631,6 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
       const char* const* kgx = kg[x % 2];
       const int64_t* ksx = ks[x % 2];
       if (c == 0) {
-        if (has_next) Prefetch(p, nt, x, false, 16 * g, 16 * g + 32);
         _tile_zero(0);
         if (two) _tile_zero(1);
       }
@@ -536,20 +646,6 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
         if (two) _tile_stored(1, st + 16 * (g + 1) * R, 4 * R);
       }
     };
-    // ---- P V: step cb (16 output columns) of head x, into pv (a fresh accumulator: no
-    // dependence on the row states' previous store); acc += pv on the vector units ----
-    const auto pv_step = [&](int64_t x, int64_t cb) {
-      MemoryBarrier();
-      const uint16_t* vp = vpb + (x % 2) * TN * Dv;
-      _tile_zero(5);
-      for (int64_t kk = 0; kk < nkk; ++kk) {
-        _tile_loadd(6, pb + 32 * kk, TN * 2);
-        _tile_loadd(7, vp + (kk * ncb + cb) * 512, 64);
-        _tile_dpbf16ps(5, 6, 7);
-      }
-      _tile_stored(5, pv + 16 * cb, Dv * 4);
-    };
-
     stage_k(0);
     stage_v(0);
     if (w.n_hk > 1) stage_k(1);
@@ -586,28 +682,38 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
         __m512 xs[TN / 16];
         __m512 vm = _mm512_set1_ps(kNegInf);
         for (int k = 0; k < TN / 16; ++k) {
-          const __mmask16 live =
-              static_cast<__mmask16>(nk >= 16 * (k + 1) ? 0xFFFF
-                                     : nk <= 16 * k    ? 0
-                                                       : (1u << (nk - 16 * k)) - 1);
+          const __mmask16 live = LiveMask(nk, k);
           xs[k] = _mm512_mask_mul_ps(_mm512_set1_ps(kNegInf), live, sr[k], vscale);
           vm = _mm512_max_ps(vm, xs[k]);
         }
         const float m_old = m[r];
         const float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
-        uint16_t* pr = pb + r * TN;
+        float* pr = pf + r * TN;
+        toff[r] = 0.f;
         if (m_new == kNegInf) {  // nothing finite yet: P = 0
-          std::memset(pr, 0, TN * 2);
+          std::memset(pr, 0, TN * 4);
           continue;
         }
         const __m512 vmn = _mm512_set1_ps(m_new);
         __m512 vsum = _mm512_setzero_ps();
+        __m512 vo = _mm512_setzero_ps();
         for (int k = 0; k < TN / 16; ++k) {
           const __m512 e = V::Exp(_mm512_sub_ps(xs[k], vmn));
           vsum = _mm512_add_ps(vsum, e);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + 16 * k),
-                              Bf16Bits(V::RoundBF16(e)));
+          __m512 pe = V::RoundBF16(e);
+          if constexpr (VK == Kind::kDq) {
+            // Per-token V antiquant: the token's scale goes into P (p s (x + o) = (p s) x +
+            // (p s) o; the offset part is the same for every channel: toff).
+            if (vdq.per_row) {
+              const __mmask16 live = LiveMask(nk, k);
+              pe = _mm512_maskz_mul_ps(live, pe, _mm512_maskz_loadu_ps(live, vdq.s + 16 * k));
+              if (vdq.has_off)
+                vo = _mm512_fmadd_ps(pe, _mm512_maskz_loadu_ps(live, vdq.o + 16 * k), vo);
+            }
+          }
+          _mm512_storeu_ps(pr + 16 * k, pe);
         }
+        if constexpr (VK == Kind::kDq) toff[r] = _mm512_reduce_add_ps(vo);
         const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
         l[r] = l[r] * alpha + _mm512_reduce_add_ps(vsum);
         m[r] = m_new;
@@ -619,23 +725,27 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
         }
       }
 
+      // The score steps of head x + 1 go first: the tile unit works through them while the
+      // vector units run this head's P V.
       const bool more = x + 1 < w.n_hk;
-      for (int64_t i = 0; i < std::max(ncb, more ? nsteps : 0); ++i) {
-        if (i < ncb) pv_step(x, i);
-        if (more && i < nsteps) score_step(x + 1, i);
-      }
+      // This head's value rows into L1 now, so the fills overlap the score steps below (the
+      // P V key loop otherwise stalls on each row's first load; measured D1 1.2x, D3 1.4x).
+      // The same for the key rows of head x + 2 measured no gain.
+      const int64_t vbytes = Dv * ElemBits(p.v.cache.elem) / 8;
+      for (int64_t n = 0; n < nk; ++n)
+        for (int64_t o = 0; o < vbytes; o += 64) _mm_prefetch(vrow[n] + o, _MM_HINT_T0);
+      if (more)
+        for (int64_t i = 0; i < nsteps; ++i) score_step(x + 1, i);
+      PvFma<VK, VE>(pf, R, vrow, vdq, nk, Dv, acc, out.acc_stride, toff, [&](int64_t n) {
+        if (has_next) PrefetchSlice(p, nt, w.n_hk, x, n / 8);
+      });
       if (more) stage_v(x + 1);
       if (x + 2 < w.n_hk) stage_k(x + 2);
-      for (int64_t r = 0; r < R; ++r) {
-        float* a = acc + r * out.acc_stride;
-        const float* pt = pv + r * Dv;
-        for (int64_t d = 0; d < Dv; d += 16)
-          _mm512_storeu_ps(a + d, _mm512_add_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(pt + d)));
-      }
     }
   }
   _tile_release();
-  Unpermute(out.acc, w.rows(), out.acc_stride, Dv);
+  if constexpr (VK == Kind::kBf16 || VE == Elem::kI4)
+    Unpermute(out.acc, w.rows(), out.acc_stride, Dv);
 }
 
 using RunFn = void (*)(const Problem&, const WorkItem&, EngineScratch&, const RowStates&);

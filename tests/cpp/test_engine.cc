@@ -524,22 +524,24 @@ TEST(Engine, AmxDecode) {
     RunCase(s);
   }
   // Antiquant: int8 per-token (K, V), int8 per-token-head K + per-channel V, int4 per-channel K
-  // + per-token V (the D3 shape), paged and contiguous.
+  // + per-token V (the D3 shape), int4 per-channel K and V (d_v 96: a 3-chunk P V block), paged
+  // and contiguous.
   using K = Dequant::Kind;
   struct Q {
     Elem e;
     K kk, vk;
-    int64_t block;
+    int64_t block, d_v;
   };
-  for (const Q& q : {Q{Elem::kI8, K::kPerToken, K::kPerToken, 32},
-                     Q{Elem::kI8, K::kPerTokenHead, K::kPerChannel, 0},
-                     Q{Elem::kI4, K::kPerChannel, K::kPerToken, 0},
-                     Q{Elem::kI4, K::kPerTensor, K::kPerTokenHead, 16}}) {
+  for (const Q& q : {Q{Elem::kI8, K::kPerToken, K::kPerToken, 32, 64},
+                     Q{Elem::kI8, K::kPerTokenHead, K::kPerChannel, 0, 64},
+                     Q{Elem::kI4, K::kPerChannel, K::kPerToken, 0, 64},
+                     Q{Elem::kI4, K::kPerTensor, K::kPerTokenHead, 16, 64},
+                     Q{Elem::kI4, K::kPerChannel, K::kPerChannel, 0, 96}}) {
     CaseSpec s;
     s.h_q = 8;
     s.h_kv = 4;
     s.d_qk = 64;
-    s.d_v = 64;
+    s.d_v = q.d_v;
     s.block = q.block;
     s.batch = 2;
     s.q_len = {1, 3};
