@@ -213,6 +213,49 @@ inline void DequantRowBf16(const uint8_t* src, const float* scale, int64_t sd, i
     DequantRowBf16<E, true>(src, scale, sd, d_group, D, table, dst);
 }
 
+// A full tile of int8 rows whose scales are all plain (Int8RowPlain), with d_v == d_qk: each
+// 16-key x 32-channel block is dequantized in registers (the same operations and rounding as
+// DequantRowBf16) and goes straight into the packed K tile (a 16 x 16 transpose of the channel
+// pairs, as PackK) and the packed V tile (row pairs interleaved, as PackV): no bf16 staging rows
+// to store and read back twice. The rows of the prefetched tile are prefetched 16 per key block.
+template <typename Pf>
+inline void DequantPackI8(const TileDqRows& r, int64_t D, int64_t sd, int64_t d_group,
+                          uint32_t* kp, uint32_t* vp, int64_t ldvp, const Pf& pf, int64_t pf_nk) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int64_t n0 = 0; n0 < TN; n0 += 16) {
+    for (int64_t n = n0; n < std::min(n0 + 16, pf_nk); ++n) pf(n);
+    for (int64_t c = 0; c < D; c += 32) {
+      __m512i x[16];
+      for (int i = 0; i < 16; ++i) {
+        const int64_t n = n0 + i;
+        const __m512 sc = _mm512_set1_ps(r.scale[n][(c / d_group) * sd]);
+        const __m512 a = _mm512_mul_ps(LoadQuant16<Elem::kI8>(r.nope[n] + c, nullptr), sc);
+        const __m512 b = _mm512_mul_ps(LoadQuant16<Elem::kI8>(r.nope[n] + c + 16, nullptr), sc);
+        x[i] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+      }
+      for (int j = 0; j < 8; ++j) {
+        uint32_t* dst = vp + (n0 / 2 + j) * ldvp + c;
+        _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(x[2 * j], lo, x[2 * j + 1]));
+        _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi16(x[2 * j], hi, x[2 * j + 1]));
+      }
+      __m512 f[16];
+      for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(x[i]);
+      V::Transpose(f);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kp + (c / 2 + i) * TN + n0, f[i]);
+    }
+  }
+  for (int64_t n = TN; n < pf_nk; ++n) pf(n);
+}
+
+inline bool TileInt8Plain(const TileDqRows& r, int64_t nk, int64_t sd, int64_t d_group,
+                          int64_t D) {
+  for (int64_t n = 0; n < nk; ++n)
+    if (!Int8RowPlain(r.scale[n], sd, d_group, D)) return false;
+  return true;
+}
+
 template <Elem E, typename Pf>
 inline void DequantTile(const TileDqRows& r, int64_t nk, const Dequant& dq, int64_t D,
                         const float* table, uint16_t* stg, const Pf& pf, int64_t pf_nk) {
@@ -281,7 +324,17 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
   const auto ring_of = [&](int64_t ts) { return &ring[(ts - tile0) / TN % kAhead1]; };
   const auto resolve = [&](int64_t ts) {
     const int64_t nk = keys_of(ts);
-    if (nk > 0) ResolveTileDqRows(p, w, fields, std::max(ts, w.j0), nk, ring_of(ts));
+    if (nk > 0) {
+      TileDqRows* r = ring_of(ts);
+      ResolveTileDqRows(p, w, fields, std::max(ts, w.j0), nk, r);
+      // One real load per row, back to back: it walks the page tables now, with the loads of
+      // the other rows in flight. Random rows of a large cache each sit on their own 4 KiB page;
+      // measured cold, a software prefetch alone did not hide the walk (~280 ns per row).
+      uint32_t touch = 0;
+      for (int64_t n = 0; n < nk; ++n)
+        touch += *reinterpret_cast<const volatile uint8_t*>(r->nope[n]);
+      asm volatile("" ::"r"(touch));
+    }
     return nk;
   };
   for (int64_t i = 0; i < kAhead; ++i) {
@@ -346,16 +399,22 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
         PrefetchTileDqRow(*ahead, n, fields, Dn, scale_bytes, p.d_rope * 2);
       };
       const TileDqRows* cur = ring_of(ts);
-      switch (ke) {
-        case Elem::kI8: DequantTile<Elem::kI8>(*cur, nk, dq, Dn, table, stg, pf, pf_nk); break;
-        case Elem::kFP8E4M3:
-          DequantTile<Elem::kFP8E4M3>(*cur, nk, dq, Dn, table, stg, pf, pf_nk);
-          break;
-        default: DequantTile<Elem::kHiF8>(*cur, nk, dq, Dn, table, stg, pf, pf_nk); break;
+      if (ke == Elem::kI8 && nk == TN && Dv == Dn &&
+          TileInt8Plain(*cur, nk, dq.sd, dq.d_group, Dn)) {
+        DequantPackI8(*cur, Dn, dq.sd, dq.d_group, kp[k], vp + k * (TN / 2) * ldvp, ldvp, pf,
+                      pf_nk);
+      } else {
+        switch (ke) {
+          case Elem::kI8: DequantTile<Elem::kI8>(*cur, nk, dq, Dn, table, stg, pf, pf_nk); break;
+          case Elem::kFP8E4M3:
+            DequantTile<Elem::kFP8E4M3>(*cur, nk, dq, Dn, table, stg, pf, pf_nk);
+            break;
+          default: DequantTile<Elem::kHiF8>(*cur, nk, dq, Dn, table, stg, pf, pf_nk); break;
+        }
+        PackK(srow, nk, Dn, kp[k]);
+        PackV(srow, nk, Dv, vp + k * (TN / 2) * ldvp, ldvp);
       }
-      PackK(srow, nk, Dn, kp[k]);
       if (p.d_rope > 0) PackK(cur->rope, nk, p.d_rope, kp[k] + Dn / 2 * TN);
-      PackV(srow, nk, Dv, vp + k * (TN / 2) * ldvp, ldvp);
       ScoreRows(qt, ldq, kp[k], D, rows, ss + k * TN, lds);
       if (nk < TN) {
         for (int64_t r = 0; r < rows; ++r)
