@@ -200,7 +200,7 @@ def run_workload(openfia, torch, w, runs, flush, progress):
         for name, fn in peers:
             if flush is not None and w.decode:
                 flush()
-            settle()
+            settle(name)
             t0 = time.perf_counter()
             fn()
             best[name] = min(best[name], time.perf_counter() - t0)

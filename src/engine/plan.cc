@@ -23,17 +23,6 @@ bool BigItems(const Problem& p) {
 }
 
 
-// The shortest piece of a split key range, in tiles. Items over per-tile dequantized rows
-// (KvQuantSparseFlashAttention: one query row x up to 128 heads) cost ~8x a 16-row item per tile,
-// so their pieces may be shorter (down to kStepTiles, one softmax step): 4 batches of 2048 keys
-// then give 32 items instead of 8, and two workers finish within a quarter of an item of each
-// other instead of a whole one.
-int64_t MinSplitTiles(const Problem& p, const WorkItem& w) {
-  if (p.k.dequant.kind != Dequant::Kind::kPerTile) return kMinSplitTiles;
-  const int64_t rows = std::max<int64_t>(1, w.rows());
-  return std::max(kStepTiles, kMinSplitTiles * 16 / rows);
-}
-
 }  // namespace
 
 int64_t MaxItemRows(const Problem& p) {
@@ -109,7 +98,7 @@ Plan MakePlan(const Problem& p) {
     const int64_t t_first = w.j0 / kTileKeys, t_end = CeilDiv(w.j1, kTileKeys);
     const int64_t tiles = w.j1 > w.j0 ? t_end - t_first : 0;
     // Full quantization normalizes P by the max over all of a row's keys: never split.
-    int64_t n_split = p.full_quant ? 1 : std::min(want, tiles / MinSplitTiles(p, w));
+    int64_t n_split = p.full_quant ? 1 : std::min(want, tiles / kMinSplitTiles);
     if (n_split <= 1) {
       plan.items.push_back(w);
       continue;
