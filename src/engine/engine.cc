@@ -147,7 +147,7 @@ int64_t AccStride(int64_t d_v) {
 // Split workspace without a clearing pass: every kernel resets the row states of its item
 // (ResetRowStates, or the full-quant kernel's own reset) before anything reads them, and merges
 // read only the d_v columns of the rows of split items. Clearing it cost a page-faulting memset
-// of up to megabytes per call (KvQuantSparseFlashAttention: 32 items x 128 rows x 2 KiB).
+// of up to megabytes per call (2 MiB for KvQuantSparseFlashAttention S1: 8 items x 128 rows).
 std::unique_ptr<float[]> Uninit(int64_t n) {
   return std::make_unique_for_overwrite<float[]>(static_cast<size_t>(std::max<int64_t>(n, 1)));
 }
