@@ -203,20 +203,7 @@ void AmxPrefill(const Problem& p, const WorkItem& w, EngineScratch& sc, const Ro
   float* acc_tail = sc.v + 32 * ldv;
   uint16_t* pbuf = reinterpret_cast<uint16_t*>(sc.s);
   float* sbuf = sc.s + rows_pad * TN / 2;
-  for (int64_t r = 0; r < rows_pad; ++r) {
-    uint16_t* dst = qb + r * D;
-    if (r >= rows) {
-      std::memset(dst, 0, D * 2);
-      continue;
-    }
-    const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
-    const uint16_t* src = static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
-    if (p.q.sd == 1 && p.q.d_split == 0) {
-      std::memcpy(dst, src, D * 2);
-    } else {
-      for (int64_t d = 0; d < D; ++d) dst[d] = src[DOff(p.q, d)];
-    }
-  }
+  PackQueryRows(p, w, rows, rows_pad, D, qb);  // D == d_qk: no rope on this path
 
   // Blocks and the query range of each (rows of a block may wrap to the next head).
   PrefillBlock blk[kMaxBlocks];

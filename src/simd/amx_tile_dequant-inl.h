@@ -361,23 +361,7 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, EngineScratch& sc,
     qt = q0;
     ldq = p.q.sh;
   } else {
-    for (int64_t r = 0; r < rows; ++r) {
-      uint16_t* dst = qb + r * D;
-      const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
-      const uint16_t* src =
-          static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
-      if (p.q.sd == 1 && p.q.d_split == 0) {
-        std::memcpy(dst, src, Dn * 2);
-      } else {
-        for (int64_t d = 0; d < Dn; ++d) dst[d] = src[DOff(p.q, d)];
-      }
-      if (p.d_rope > 0) {
-        const uint16_t* rsrc =
-            static_cast<const uint16_t*>(p.q_rope.Base(b)) + p.q_rope.Offset(b, h, row, 0);
-        for (int64_t d = 0; d < p.d_rope; ++d) dst[Dn + d] = rsrc[DOff(p.q_rope, d)];
-      }
-      for (int64_t d = Dn + p.d_rope; d < D; ++d) dst[d] = 0;
-    }
+    PackQueryRows(p, w, rows, rows, D, qb);
   }
 
   const uint16_t* srow[TN];

@@ -100,6 +100,34 @@ inline bool AmxCan(const Problem& p, const WorkItem& w) {
   return true;
 }
 
+// The bf16 query rows of item w as the A operand of the score tiles: row r (head-major, query
+// fastest, as attend-inl.h orders them) holds the d_qk nope channels, then the d_rope rope
+// channels, zero up to D (a multiple of 32); rows [rows, rows_pad) are zero.
+inline void PackQueryRows(const Problem& p, const WorkItem& w, int64_t rows, int64_t rows_pad,
+                          int64_t D, uint16_t* qb) {
+  const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group();
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    uint16_t* dst = qb + r * D;
+    if (r >= rows) {
+      std::memset(dst, 0, D * 2);
+      continue;
+    }
+    const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+    const uint16_t* src = static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
+    if (p.q.sd == 1 && p.q.d_split == 0) {
+      std::memcpy(dst, src, p.d_qk * 2);
+    } else {
+      for (int64_t d = 0; d < p.d_qk; ++d) dst[d] = src[DOff(p.q, d)];
+    }
+    if (p.d_rope > 0) {  // rope appended after the nope channels, as attend-inl.h packs it
+      const uint16_t* rsrc =
+          static_cast<const uint16_t*>(p.q_rope.Base(b)) + p.q_rope.Offset(b, h, row, 0);
+      for (int64_t d = 0; d < p.d_rope; ++d) dst[p.d_qk + d] = rsrc[DOff(p.q_rope, d)];
+    }
+    for (int64_t d = p.d_qk + p.d_rope; d < D; ++d) dst[d] = 0;
+  }
+}
+
 // kp[kk * TN + n] = bf16 pair (2kk, 2kk + 1) of key n (zero for n >= nk): the B operand of
 // S = Q K^T, whose row kk holds the pairs of channel pair kk for 16 keys. D channels are read,
 // rows are written up to D rounded up to 32 channels (zero past D).
@@ -471,27 +499,7 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
   const int64_t ldvp = pv_rows && Dv % 256 == 0 ? Dv + 16 : Dv;
   float* acc_tail = sc.v + 32 * ldvp;  // 32 * ldvp + 16 * ldv <= TN * dv_pad
   const int64_t ldp = 2 * TN;  // bf16 elements per P row (one fp32 score row)
-  for (int64_t r = 0; r < rows_pad; ++r) {
-    uint16_t* dst = qb + r * D;
-    if (r >= rows) {
-      std::memset(dst, 0, D * 2);
-      continue;
-    }
-    const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
-    const uint16_t* src =
-        static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
-    if (p.q.sd == 1 && p.q.d_split == 0) {
-      std::memcpy(dst, src, p.d_qk * 2);
-    } else {
-      for (int64_t d = 0; d < p.d_qk; ++d) dst[d] = src[DOff(p.q, d)];
-    }
-    if (p.d_rope > 0) {  // rope appended after the nope channels, as attend-inl.h packs it
-      const uint16_t* rsrc =
-          static_cast<const uint16_t*>(p.q_rope.Base(b)) + p.q_rope.Offset(b, h, row, 0);
-      for (int64_t d = 0; d < p.d_rope; ++d) dst[p.d_qk + d] = rsrc[DOff(p.q_rope, d)];
-    }
-    for (int64_t d = p.d_qk + p.d_rope; d < D; ++d) dst[d] = 0;
-  }
+  PackQueryRows(p, w, rows, rows_pad, D, qb);
 
   const uint16_t* krow[TN];
   const uint16_t* vrow[TN];
