@@ -23,7 +23,8 @@ import sys
 
 import torch
 
-from . import _openfia
+from . import _capsule, _openfia
+from .torch_ops import alloc_output
 
 __all__ = [
     "npu_kv_quant_sparse_flash_attention",
@@ -129,7 +130,6 @@ def _native_kwargs(query, key, value, sparse_indices, scale_value, key_quant_mod
     return nkw
 
 
-_TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def cpu_kernel(query, key, value, sparse_indices, scale_value, key_quant_mode, value_quant_mode,
@@ -137,10 +137,10 @@ def cpu_kernel(query, key, value, sparse_indices, scale_value, key_quant_mode, v
     kw = {**_DEFAULTS, **kw}
     nkw = _native_kwargs(query, key, value, sparse_indices, scale_value, key_quant_mode,
                          value_quant_mode, kw)
-    spec = _openfia.kvqsfa_output_spec(**nkw)
-    out = torch.empty(spec["attention_out_sizes"], dtype=_TORCH_DTYPES[spec["attention_out_dtype"]])
-    _openfia.kvqsfa(out, **nkw)
-    return out
+    # One native call: validation, allocation (alloc_output) and compute; tensors as DLPack
+    # capsules (see openfia._capsule).
+    nkw = {k: _capsule(v) for k, v in nkw.items()}
+    return _openfia.kvqsfa_call(alloc_output, **nkw)[0]
 
 
 def _fake(query, key, value, sparse_indices, scale_value, key_quant_mode, value_quant_mode,

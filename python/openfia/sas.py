@@ -20,7 +20,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _openfia
+from . import _capsule, _openfia
 
 __all__ = ["npu_sparse_attn_sharedkv_metadata", "npu_sparse_attn_sharedkv",
            "verify_sparse_attn_sharedkv_metadata"]
@@ -136,14 +136,22 @@ def _convert(a):
         return_softmax_lse=bool(a["return_softmax_lse"]))
 
 
+def _alloc(sizes, dtype_name, name):
+    """Output allocator of sas_call: softmax_lse starts zeroed (return_softmax_lse=False leaves
+    its placeholder unwritten), attention_out uninitialized (every element is written)."""
+    make = torch.zeros if name == "softmax_lse" else torch.empty
+    t = make(sizes, dtype=_DTYPES[dtype_name])
+    return t, torch.utils.dlpack.to_dlpack(t)
+
+
 def _run(kw, busy=None):
+    if busy is None:
+        # One native call: validation, allocation and compute; tensors as DLPack capsules.
+        return tuple(_openfia.sas_call(_alloc, **{k: _capsule(v) for k, v in kw.items()}))
     spec = _openfia.sas_output_spec(**kw)
     out = torch.empty(spec["attention_out_sizes"], dtype=_DTYPES[spec["attention_out_dtype"]])
     lse = torch.zeros(spec["softmax_lse_sizes"], dtype=torch.float32)
-    if busy is None:
-        _openfia.sas(out, lse, **kw)
-    else:
-        busy.update({k: list(v) for k, v in _openfia.sas_busy(out, lse, **kw).items()})
+    busy.update({k: list(v) for k, v in _openfia.sas_busy(out, lse, **kw).items()})
     return out, lse
 
 

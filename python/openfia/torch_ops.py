@@ -45,6 +45,13 @@ FIA_TENSORLIST_SCHEMA = "(Tensor query, Tensor[] key, Tensor[] value, " + _FIA_K
 _NAME = "npu_fused_infer_attention_score"
 
 
+def alloc_output(sizes, dtype_name, name):
+    """The output allocator of the native *_call functions: an uninitialized tensor (the library
+    writes every element) and its DLPack capsule, through which the library writes it."""
+    t = torch.empty(sizes, dtype=TORCH_DTYPES[dtype_name])
+    return t, torch.utils.dlpack.to_dlpack(t)
+
+
 def _cpu_kernel(query, key, value, **kw):
     # The dispatcher passes only the keyword arguments that differ from the schema's defaults.
     from . import _DEFAULTS, _fia_eager

@@ -14,14 +14,15 @@
 #include "tensor_convert.h"
 
 namespace nb = nanobind;
+using openfia::py::AllocOutput;
+using openfia::py::Allocated;
 using openfia::py::BindingError;
-using openfia::py::Compute;
 using openfia::py::IntField;
 using openfia::py::Keepalive;
-using openfia::py::Output;
 using openfia::py::OutputSpecDict;
 using openfia::py::OutputSpecOf;
 using openfia::py::SetTableField;
+using openfia::py::SpecAllocCompute;
 using openfia::py::TensorField;
 using openfia::py::ToIntList;
 using openfia::py::ToViewList;
@@ -147,14 +148,26 @@ NB_MODULE(_openfia, m) {
       "softmax_lse_dtype}.");
 
   m.def(
-      "fia",
-      [](nb::handle out, nb::handle lse, const nb::kwargs& kw) {
-        Compute(BuildArgs, kw, openfia::FusedInferAttentionScore, Output{out, "attention_out"},
-                Output{lse, "softmax_lse"});
+      "fia_call",
+      [](nb::handle alloc, const nb::kwargs& kw) {
+        return SpecAllocCompute(
+            BuildArgs, kw, openfia::FusedInferAttentionScoreOutputSpec,
+            [&](const openfia::FiaOutputSpec& spec, openfia::py::Keepalive& keep) {
+              std::vector<Allocated> o;
+              o.push_back(AllocOutput(alloc, spec.attention_out_sizes, spec.attention_out_dtype,
+                                      "attention_out", keep));
+              o.push_back(AllocOutput(alloc, spec.softmax_lse_sizes, openfia::DType::kFloat32,
+                                      "softmax_lse", keep));
+              return o;
+            },
+            [](const openfia::FiaArgs& a, const std::vector<Allocated>& o) {
+              openfia::FusedInferAttentionScore(a, o[0].view, o[1].view);
+            });
       },
-      nb::arg("out"), nb::arg("lse").none(), nb::arg("kwargs"),
-      "Computes FusedInferAttentionScore into `out` (and `lse`; None when softmax_lse_flag is "
-      "False), both contiguous tensors of the shapes fia_output_spec returns.");
+      nb::arg("alloc"), nb::arg("kwargs"),
+      "Validates, allocates the outputs through alloc(sizes, dtype name, output name) -> "
+      "(tensor, DLPack capsule) and computes FusedInferAttentionScore in one call; returns "
+      "(attention_out, softmax_lse).");
 
   m.def(
       "set_impl",

@@ -15,10 +15,8 @@
 #include "tensor_convert.h"
 
 namespace nb = nanobind;
-using openfia::py::Compute;
 using openfia::py::IntField;
 using openfia::py::Keepalive;
-using openfia::py::Output;
 using openfia::py::OutputSpecDict;
 using openfia::py::OutputSpecOf;
 using openfia::py::SetTableField;
@@ -90,6 +88,23 @@ openfia::KvqsfaArgs KvqArgs(const nb::kwargs& kw, Keepalive& keep) {
 
 void RegisterKvqsfa(nb::module_& m) {
   m.def(
+      "kvqsfa_call",
+      [](nb::handle alloc, const nb::kwargs& kw) {
+        return openfia::py::SpecAllocCompute(
+            KvqArgs, kw, openfia::KvQuantSparseFlashAttentionOutputSpec,
+            [&](const openfia::KvqsfaOutputSpec& spec, openfia::py::Keepalive& keep) {
+              return std::vector<openfia::py::Allocated>{openfia::py::AllocOutput(
+                  alloc, spec.attention_out_sizes, spec.attention_out_dtype, "attention_out",
+                  keep)};
+            },
+            [](const openfia::KvqsfaArgs& a, const std::vector<openfia::py::Allocated>& o) {
+              openfia::KvQuantSparseFlashAttention(a, o[0].view);
+            });
+      },
+      nb::arg("alloc"), nb::arg("kwargs"),
+      "kvqsfa_output_spec + allocation through alloc(sizes, dtype name, output name) -> "
+      "(tensor, DLPack capsule) + kvqsfa in one call; returns (attention_out,).");
+  m.def(
       "kvqsfa_output_spec",
       [](const nb::kwargs& kw) {
         const openfia::KvqsfaOutputSpec spec =
@@ -99,12 +114,4 @@ void RegisterKvqsfa(nb::module_& m) {
       "Validates npu_kv_quant_sparse_flash_attention arguments (torch_npu names; key_hifloat8 / "
       "value_hifloat8 mark 1-byte storage holding hifloat8) and returns "
       "{attention_out_sizes, attention_out_dtype}.");
-  m.def(
-      "kvqsfa",
-      [](nb::handle out, const nb::kwargs& kw) {
-        Compute(KvqArgs, kw, openfia::KvQuantSparseFlashAttention, Output{out, "attention_out"});
-      },
-      nb::arg("out"), nb::arg("kwargs"),
-      "Computes KvQuantSparseFlashAttention into `out`, a contiguous tensor of the shape and "
-      "dtype kvqsfa_output_spec returns.");
 }

@@ -123,6 +123,27 @@ openfia::SasMetadataArgs BuildSasMetadataArgs(const nb::kwargs& kw, Keepalive& k
 
 void RegisterSas(nb::module_& m) {
   m.def(
+      "sas_call",
+      [](nb::handle alloc, const nb::kwargs& kw) {
+        return openfia::py::SpecAllocCompute(
+            BuildSasArgs, kw, openfia::SparseAttnSharedkvOutputSpec,
+            [&](const openfia::SasOutputSpec& spec, openfia::py::Keepalive& keep) {
+              std::vector<openfia::py::Allocated> o;
+              o.push_back(openfia::py::AllocOutput(alloc, spec.attention_out_sizes,
+                                                   spec.attention_out_dtype, "attention_out",
+                                                   keep));
+              o.push_back(openfia::py::AllocOutput(alloc, spec.softmax_lse_sizes,
+                                                   openfia::DType::kFloat32, "softmax_lse", keep));
+              return o;
+            },
+            [](const openfia::SasArgs& a, const std::vector<openfia::py::Allocated>& o) {
+              openfia::SparseAttnSharedkv(a, o[0].view, o[1].view);
+            });
+      },
+      nb::arg("alloc"), nb::arg("kwargs"),
+      "sas_output_spec + allocation through alloc(sizes, dtype name, output name) -> (tensor, "
+      "DLPack capsule) + sas in one call; returns (attention_out, softmax_lse).");
+  m.def(
       "sas_output_spec",
       [](const nb::kwargs& kw) {
         const openfia::SasOutputSpec spec =
@@ -132,14 +153,6 @@ void RegisterSas(nb::module_& m) {
       },
       "Validates npu_sparse_attn_sharedkv arguments (custom-op names) and returns the output "
       "shapes and dtypes.");
-  m.def(
-      "sas",
-      [](nb::handle out, nb::handle lse, const nb::kwargs& kw) {
-        Compute(BuildSasArgs, kw, openfia::SparseAttnSharedkv, Output{out, "attention_out"},
-                Output{lse, "softmax_lse"});
-      },
-      nb::arg("out"), nb::arg("lse").none(), nb::arg("kwargs"),
-      "Computes SparseAttnSharedkv into `out` and `lse` (contiguous, sas_output_spec shapes).");
   m.def(
       "sas_busy",
       [](nb::handle out, nb::handle lse, const nb::kwargs& kw) {

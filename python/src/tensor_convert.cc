@@ -107,6 +107,19 @@ std::optional<std::vector<int64_t>> ToIntList(nb::handle obj) {
   return nb::cast<std::vector<int64_t>>(obj);
 }
 
+Allocated AllocOutput(nb::handle alloc, const std::vector<int64_t>& sizes, DType dtype,
+                      const char* name, Keepalive& keep) {
+  nb::object r = alloc(sizes, std::string(DTypeName(dtype)), name);
+  if (!nb::isinstance<nb::tuple>(r) || nb::len(r) != 2)
+    BindingError(std::string("openfia: the output allocator must return (tensor, DLPack capsule) "
+                             "for '") + name + "'");
+  nb::tuple t = nb::borrow<nb::tuple>(r);
+  Allocated a;
+  a.view = ToView(t[1], name, keep);
+  a.tensor = nb::borrow(t[0]);
+  return a;
+}
+
 nb::dict OutputSpecDict(const std::vector<int64_t>& out_sizes, DType out_dtype,
                         const std::vector<int64_t>* lse_sizes) {
   nb::dict d;
