@@ -28,11 +28,15 @@ struct Operand {
   int64_t sb = 0, sh = 0, ss = 0, sd = 1;
   int64_t d_split = 0, sd_outer = 0;
   std::vector<const void*> batch_data;  // tensor list: per-batch base pointers (sb ignored)
+  // Tensor list in BNSD: the head stride S_b * D of each batch's tensor (sh ignored); empty
+  // everywhere else. Code that steps from one KV head to the next uses Sh(b).
+  std::vector<int64_t> batch_sh;
 
   bool present() const { return data != nullptr || !batch_data.empty(); }
+  int64_t Sh(int64_t b) const { return batch_sh.empty() ? sh : batch_sh[b]; }
   // Offset in elements of (b, h, s, d) from base(b).
   int64_t Offset(int64_t b, int64_t h, int64_t s, int64_t d) const {
-    int64_t off = (batch_data.empty() ? b * sb : 0) + h * sh + s * ss;
+    int64_t off = (batch_data.empty() ? b * sb : 0) + h * Sh(b) + s * ss;
     if (d_split > 0) return off + (d / d_split) * sd_outer + (d % d_split) * sd;
     return off + d * sd;
   }

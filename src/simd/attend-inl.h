@@ -422,7 +422,8 @@ inline void PrefetchKeys(const Problem& p, const KvOperand& kv, const KvOperand&
   const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
   const bool i4 = e == Elem::kI4;  // two elements a byte
   const int64_t bytes = i4 ? (D + 1) / 2 : D * size;
-  const int64_t head_bytes = i4 ? kv.cache.sh / 2 : kv.cache.sh * size;
+  const int64_t sh = kv.cache.Sh(w.b);
+  const int64_t head_bytes = i4 ? sh / 2 : sh * size;
   for (int64_t j = std::max(j0, p.prefix_len); j < j1; ++j) {
     const void* base;
     int64_t off;
@@ -934,9 +935,9 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                 // rows (and dequant coordinates), offset + sh
         for (int64_t n = 0; n < nk; ++n) {
           const bool pr = sc.kpre[n] != 0;
-          sc.koff[n] += pr ? p.k.prefix.sh : p.k.cache.sh;
-          sc.voff[n] += pr ? p.v.prefix.sh : p.v.cache.sh;
-          if (p.d_rope > 0) sc.roff[n] += pr ? p.k_rope.prefix.sh : p.k_rope.cache.sh;
+          sc.koff[n] += pr ? p.k.prefix.sh : p.k.cache.Sh(w.b);
+          sc.voff[n] += pr ? p.v.prefix.sh : p.v.cache.Sh(w.b);
+          if (p.d_rope > 0) sc.roff[n] += pr ? p.k_rope.prefix.sh : p.k_rope.cache.Sh(w.b);
         }
       }
       // Streaming path: few rows, a fully visible tile (so no masked cell can meet a non-finite

@@ -186,8 +186,8 @@ inline void Resolve(const Problem& p, const WorkItem& w, int64_t t0, TileRows* t
     // Head steps are whole bytes: int4 operands have even strides (OperandKind).
     const Operand& ko = pre ? p.k.prefix : p.k.cache;
     const Operand& vo = pre ? p.v.prefix : p.v.cache;
-    t->kstep[n] = ko.sh * ElemBits(ko.elem) / 8;
-    t->vstep[n] = vo.sh * ElemBits(vo.elem) / 8;
+    t->kstep[n] = ko.Sh(w.b) * ElemBits(ko.elem) / 8;
+    t->vstep[n] = vo.Sh(w.b) * ElemBits(vo.elem) / 8;
   }
 }
 

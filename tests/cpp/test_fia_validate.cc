@@ -344,15 +344,6 @@ std::vector<BadCase> BadCases() {
               }
             }),
        "key_list", kBad, "[2, 17, 51]"},
-      {"KeyListBnsdUnequalS",
-       With([] { return Dense("BNSD"); },
-            [](C c) {
-              for (int i = 0; i < 3; ++i) {
-                c.a.key_list.push_back(c.ar.T(DType::kFloat16, {1, 3, 5 + i, 17}));
-                c.a.value_list.push_back(c.ar.T(DType::kFloat16, {1, 3, 5 + i, 17}));
-              }
-            }),
-       "key_list", kUns, "[1, 3, 6, 17]"},
       // ---- paging ----
       {"PagedWithKeyList",
        With([] { return Paged(3); },

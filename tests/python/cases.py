@@ -253,8 +253,8 @@ def build_inputs(case):
         args["value"] = store(_tnd(v, akv))
     elif use_list:
         # One [1, S_b, ...] tensor per batch; S_b = act_kv[b] + (b % 2) (a poisoned tail row),
-        # except BNSD, whose list tensors must share S (validation's rule): S_b = KVS.
-        sb = [KVS if layout == "BNSD" else min(KVS, akv[b] + b % 2) for b in range(B)]
+        # in every layout (BNSD: a different head stride per tensor).
+        sb = [min(KVS, akv[b] + b % 2) for b in range(B)]
         args["key"] = [store(bnsd_to_layout(k[b:b + 1, :, :sb[b]], layout)) for b in range(B)]
         args["value"] = [store(bnsd_to_layout(v[b:b + 1, :, :sb[b]], layout)) for b in range(B)]
     else:

@@ -130,12 +130,15 @@ Operand KvCacheOperand(const FiaArgs& a, const FiaGeometry& g, const TensorView&
     case FiaKvForm::kDense:
       return DenseOperand(dense, g.layout, g.h_kv, d);
     case FiaKvForm::kList: {
-      // Every tensor of the list has the same strides except sb (validation requires equal S
-      // for BNSD, where S sits between the head and D axes).
+      // Every tensor of the list has the same strides except sb, and in BNSD the head stride
+      // S_b * D (S sits between the head and D axes): per-batch head strides there.
       Operand o = DenseOperand(list[0], g.layout, g.h_kv, d);
       o.data = nullptr;
       o.batch_data.reserve(list.size());
       for (const TensorView& t : list) o.batch_data.push_back(t.data);
+      if (g.layout == FiaLayout::kBNSD || g.layout == FiaLayout::kBNSD_BSND)
+        for (const TensorView& t : list)
+          o.batch_sh.push_back(DenseOperand(t, g.layout, g.h_kv, d).sh);
       return o;
     }
     default:

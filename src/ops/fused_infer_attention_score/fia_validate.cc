@@ -535,14 +535,7 @@ FiaGeometry AnalyzeFia(const FiaArgs& a) {
                     "every tensor must have its key's shape (except D), with one D for all",
                     a.value_list[b].shape_string(), " vs key ", a.key_list[b].shape_string(),
                     " at index ", b);
-      g.kv_storage_s[b] = kd.s;
-      // openfia limitation: one head stride for all batches (Problem's Operand), and in BNSD
-      // the head stride is S_b * D.
-      if (L == FiaLayout::kBNSD || L == FiaLayout::kBNSD_BSND)
-        OPENFIA_CHECK_SUPPORTED(kd.s == g.kv_storage_s[0], "key_list",
-                                "with input_layout BNSD every tensor must have the same S",
-                                a.key_list[b].shape_string(), " at index ", b, " vs ",
-                                a.key_list[0].shape_string());
+      g.kv_storage_s[b] = kd.s;  // S may differ per tensor, in every layout (seeds/000)
     }
   } else {
     const TensorView& k = a.key;

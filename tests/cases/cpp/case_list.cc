@@ -492,10 +492,10 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     args_.value = store_tnd(v, akv, kv_dt, int4);
     if (rope) args_.key_rope = store_tnd(kr, akv, dt, false);
   } else if (use_list) {
-    // One [1, S_b, ...] tensor per batch with one poisoned tail row on odd batches; BNSD list
-    // tensors must share S (validation's rule), so there S_b = KVS.
+    // One [1, S_b, ...] tensor per batch with one poisoned tail row on odd batches (BNSD too:
+    // there the head stride S_b * D differs per tensor).
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t sb = layout == "BNSD" ? KVS : std::min(KVS, akv[b] + b % 2);
+      const int64_t sb = std::min(KVS, akv[b] + b % 2);
       auto slice = [&](const Logical& x) {
         Logical y(1, x.H, sb, x.D);
         for (int64_t h = 0; h < x.H; ++h)
