@@ -143,6 +143,17 @@ TEST(EngineKvqsfa, PagedDecodeEveryFormatBothQueries) {
     }
 }
 
+TEST(EngineKvqsfa, StridedQueryIsPackedFirst) {
+  // The C++ API accepts a strided query. Channels that are not adjacent (last-dimension stride
+  // 2) cannot feed the AMX path's Q tiles directly: it packs the rows first (PackQueryRows).
+  // NaN in the gaps makes a read of one visible.
+  for (DType q : {DType::kBFloat16, DType::kFloat16})
+    Check(Decode(DType::kInt8, q), [](Built& B) {
+      B.query_wide.assign(B.query.size() * 2, 0x7FC0);
+      for (size_t i = 0; i < B.query.size(); ++i) B.query_wide[2 * i] = B.query[i];
+    });
+}
+
 TEST(EngineKvqsfa, BsndMultiTokenBlockSparse) {
   // S1 = 4 (MTP): causal thresholds differ per row; 16-token blocks, 128 query heads (one
   // 128-row item per query row).

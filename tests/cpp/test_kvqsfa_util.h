@@ -57,6 +57,9 @@ struct Built {
   Case c;
   std::vector<int64_t> q_len, kv_len, q_begin, kv_begin;
   std::vector<uint16_t> query;
+  // Optional: the same query with last-dimension stride 2 (Args passes this view instead; the
+  // oracle keeps reading `query`).
+  std::vector<uint16_t> query_wide;
   std::vector<float> key_store;  // 4-byte aligned backing for the 656-byte rows
   std::vector<uint8_t> value;    // 512-wide nope-only value (its content is never read)
   std::vector<int32_t> indices, block_table;
@@ -90,6 +93,15 @@ struct Built {
                                          ? std::vector<int64_t>{rows_q, c.heads, 576}
                                          : std::vector<int64_t>{c.batch, c.s1, c.heads, 576};
     a.query = TensorView(query.data(), c.qdt, qsz);
+    if (!query_wide.empty()) {
+      std::vector<int64_t> st(qsz.size());
+      int64_t s = 2;
+      for (size_t i = qsz.size(); i-- > 0;) {
+        st[i] = s;
+        s *= qsz[i];
+      }
+      a.query = TensorView(query_wide.data(), c.qdt, qsz, st);
+    }
     a.key = TensorView(key_store.data(), c.kvdt, key_sizes, key_strides);
     a.value = TensorView(value.data(), c.kvdt, value_sizes);
     const std::vector<int64_t> isz =
