@@ -130,8 +130,6 @@ def _native_kwargs(query, key, value, sparse_indices, scale_value, key_quant_mod
     return nkw
 
 
-
-
 def cpu_kernel(query, key, value, sparse_indices, scale_value, key_quant_mode, value_quant_mode,
                **kw):
     kw = {**_DEFAULTS, **kw}

@@ -1,5 +1,5 @@
-// openfia Python bindings for KvQuantSparseFlashAttention: kvqsfa_output_spec(**kw) and
-// kvqsfa(out, **kw). Bindings only convert and forward (see tensor_convert.h for the conventions:
+// openfia Python bindings for KvQuantSparseFlashAttention: kvqsfa_call(alloc, **kw) (one call:
+// validate, allocate, compute) and kvqsfa_output_spec(**kw). Bindings only convert and forward (see tensor_convert.h for the conventions:
 // DLPack tensors become non-owning TensorViews; openfia::Error becomes openfia.OpenfiaError
 // through the translator bindings.cc registers for the whole module).
 #include <nanobind/nanobind.h>
