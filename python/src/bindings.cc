@@ -14,7 +14,6 @@
 #include "tensor_convert.h"
 
 namespace nb = nanobind;
-using openfia::py::AllocOutput;
 using openfia::py::Allocated;
 using openfia::py::BindingError;
 using openfia::py::IntField;
@@ -151,15 +150,7 @@ NB_MODULE(_openfia, m) {
       "fia_call",
       [](nb::handle alloc, const nb::kwargs& kw) {
         return SpecAllocCompute(
-            BuildArgs, kw, openfia::FusedInferAttentionScoreOutputSpec,
-            [&](const openfia::FiaOutputSpec& spec, openfia::py::Keepalive& keep) {
-              std::vector<Allocated> o;
-              o.push_back(AllocOutput(alloc, spec.attention_out_sizes, spec.attention_out_dtype,
-                                      "attention_out", keep));
-              o.push_back(AllocOutput(alloc, spec.softmax_lse_sizes, openfia::DType::kFloat32,
-                                      "softmax_lse", keep));
-              return o;
-            },
+            BuildArgs, kw, alloc, openfia::FusedInferAttentionScoreOutputSpec,
             [](const openfia::FiaArgs& a, const std::vector<Allocated>& o) {
               openfia::FusedInferAttentionScore(a, o[0].view, o[1].view);
             });

@@ -91,12 +91,7 @@ void RegisterKvqsfa(nb::module_& m) {
       "kvqsfa_call",
       [](nb::handle alloc, const nb::kwargs& kw) {
         return openfia::py::SpecAllocCompute(
-            KvqArgs, kw, openfia::KvQuantSparseFlashAttentionOutputSpec,
-            [&](const openfia::KvqsfaOutputSpec& spec, openfia::py::Keepalive& keep) {
-              return std::vector<openfia::py::Allocated>{openfia::py::AllocOutput(
-                  alloc, spec.attention_out_sizes, spec.attention_out_dtype, "attention_out",
-                  keep)};
-            },
+            KvqArgs, kw, alloc, openfia::KvQuantSparseFlashAttentionOutputSpec,
             [](const openfia::KvqsfaArgs& a, const std::vector<openfia::py::Allocated>& o) {
               openfia::KvQuantSparseFlashAttention(a, o[0].view);
             });

@@ -126,16 +126,7 @@ void RegisterSas(nb::module_& m) {
       "sas_call",
       [](nb::handle alloc, const nb::kwargs& kw) {
         return openfia::py::SpecAllocCompute(
-            BuildSasArgs, kw, openfia::SparseAttnSharedkvOutputSpec,
-            [&](const openfia::SasOutputSpec& spec, openfia::py::Keepalive& keep) {
-              std::vector<openfia::py::Allocated> o;
-              o.push_back(openfia::py::AllocOutput(alloc, spec.attention_out_sizes,
-                                                   spec.attention_out_dtype, "attention_out",
-                                                   keep));
-              o.push_back(openfia::py::AllocOutput(alloc, spec.softmax_lse_sizes,
-                                                   openfia::DType::kFloat32, "softmax_lse", keep));
-              return o;
-            },
+            BuildSasArgs, kw, alloc, openfia::SparseAttnSharedkvOutputSpec,
             [](const openfia::SasArgs& a, const std::vector<openfia::py::Allocated>& o) {
               openfia::SparseAttnSharedkv(a, o[0].view, o[1].view);
             });

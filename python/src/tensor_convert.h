@@ -127,18 +127,28 @@ struct Allocated {
 Allocated AllocOutput(nb::handle alloc, const std::vector<int64_t>& sizes, DType dtype,
                       const char* name, Keepalive& keep);
 
+// attention_out, and softmax_lse (float32) when the spec has one, allocated through `alloc`.
+template <typename Spec>
+std::vector<Allocated> AllocOutputs(nb::handle alloc, const Spec& spec, Keepalive& keep) {
+  std::vector<Allocated> o;
+  o.push_back(AllocOutput(alloc, spec.attention_out_sizes, spec.attention_out_dtype,
+                          "attention_out", keep));
+  if constexpr (requires { spec.softmax_lse_sizes; })
+    o.push_back(AllocOutput(alloc, spec.softmax_lse_sizes, DType::kFloat32, "softmax_lse", keep));
+  return o;
+}
+
 // One operator call in one crossing: builds the arguments, validates them once (`spec_fn`
-// returns the output spec), lets `alloc_all(spec, keep)` allocate the outputs (a vector of
-// Allocated, GIL held), runs `op(args, views...)` with the GIL released and returns the output
-// tensors as a tuple. Replaces an output-spec call plus a compute call, which converted every
-// input twice and validated twice (~30 us of a decode call's ~140 us of front-end cost).
-template <typename Args, typename SpecFn, typename AllocAll, typename Op>
-nb::tuple SpecAllocCompute(ArgsBuilder<Args> build, const nb::kwargs& kw, SpecFn spec_fn,
-                           AllocAll alloc_all, Op op) {
+// returns the output spec), allocates the outputs through `alloc` (AllocOutputs, GIL held), runs
+// `op(args, outputs)` with the GIL released and returns the output tensors as a tuple. Replaces
+// an output-spec call plus a compute call, which converted every input twice and validated
+// twice (~40 us of a decode call's ~155 us).
+template <typename Args, typename SpecFn, typename Op>
+nb::tuple SpecAllocCompute(ArgsBuilder<Args> build, const nb::kwargs& kw, nb::handle alloc,
+                           SpecFn spec_fn, Op op) {
   Keepalive keep;
   const Args args = build(kw, keep);
-  const auto spec = spec_fn(args);
-  const std::vector<Allocated> outs = alloc_all(spec, keep);
+  const std::vector<Allocated> outs = AllocOutputs(alloc, spec_fn(args), keep);
   {
     nb::gil_scoped_release release;
     op(args, outs);
