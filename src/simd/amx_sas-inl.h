@@ -86,7 +86,7 @@ inline bool SasMultiColumns(const Problem& p, const WorkItem& w, SasColumns* c) 
 // Whether item w of p runs on this path.
 inline bool AmxSasCan(const Problem& p, const WorkItem& w) {
   const int kExp0 = SasExp();
-  if (kExp0 & 4) return false;
+  if ((kExp0 & 4) || ((kExp0 & 8) && w.i1 - w.i0 > 1)) return false;
   if (p.key_offset.empty() || p.key_source.empty() || p.q.elem != Elem::kBF16) return false;
   if (w.n_hk != 1 || w.rows() < 16 || w.rows() % 16 != 0 || w.rows() > kItemRows) return false;
   if (p.pse != nullptr || p.mask != nullptr || p.full_quant || p.prefix_len != 0 ||
@@ -252,7 +252,8 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       const uint16_t** r = ring[c0 / TN % kAhead1];
       SasResolve(p, w, cols, c0, nk, r);
       uint32_t touch = 0;
-      if (!(kExp & 2)) for (int64_t n = 0; n < nk; ++n) touch += *reinterpret_cast<const volatile uint16_t*>(r[n]);
+      for (int64_t n = 0; n < nk && !(kExp & 2); ++n)
+        touch += *reinterpret_cast<const volatile uint16_t*>(r[n]);
       asm volatile("" ::"r"(touch));
     }
     return nk;
