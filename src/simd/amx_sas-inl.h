@@ -21,16 +21,6 @@
 // The grouping of keys into tiles and steps depends on the item only, and items depend on the
 // configuration only (SasSchedule), so results stay bitwise independent of plans and threads.
 
-// Development switches (SAS_EXP bits) for in-process A/B timing; 0 unless built with
-// OPENFIA_SAS_EXPERIMENT.
-inline int SasExp() {
-#if defined(OPENFIA_SAS_EXPERIMENT)
-  return getenv("SAS_EXP") ? atoi(getenv("SAS_EXP")) : 0;
-#else
-  return 0;
-#endif
-}
-
 // Most query tokens of one multi-token item.
 constexpr int64_t kSasMaxTokens = 8;
 
@@ -85,8 +75,6 @@ inline bool SasMultiColumns(const Problem& p, const WorkItem& w, SasColumns* c) 
 
 // Whether item w of p runs on this path.
 inline bool AmxSasCan(const Problem& p, const WorkItem& w) {
-  const int kExp0 = SasExp();
-  if ((kExp0 & 4) || ((kExp0 & 8) && w.i1 - w.i0 > 1)) return false;
   if (p.key_offset.empty() || p.key_source.empty() || p.q.elem != Elem::kBF16) return false;
   if (w.n_hk != 1 || w.rows() < 16 || w.rows() % 16 != 0 || w.rows() > kItemRows) return false;
   if (p.pse != nullptr || p.mask != nullptr || p.full_quant || p.prefix_len != 0 ||
@@ -242,7 +230,6 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
 
   // Rows of tile i in ring[i % kAhead1]: tile i + kAhead is resolved (and its rows touched: the
   // page walks of random rows overlap) while tile i is packed, and prefetched row by row.
-  const int kExp = SasExp();
   constexpr int64_t kAhead = 2, kAhead1 = kAhead + 1;
   const uint16_t* ring[kAhead1][TN];
   const auto keys_of = [&](int64_t c0) { return c0 >= cols.n ? 0 : std::min(TN, cols.n - c0); };
@@ -252,15 +239,13 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       const uint16_t** r = ring[c0 / TN % kAhead1];
       SasResolve(p, w, cols, c0, nk, r);
       uint32_t touch = 0;
-      for (int64_t n = 0; n < nk && !(kExp & 2); ++n)
-        touch += *reinterpret_cast<const volatile uint16_t*>(r[n]);
+      for (int64_t n = 0; n < nk; ++n) touch += *reinterpret_cast<const volatile uint16_t*>(r[n]);
       asm volatile("" ::"r"(touch));
     }
     return nk;
   };
   const int64_t row_bytes = D * 2;
   const auto prefetch_row = [&](const uint16_t* r) {
-    if (kExp & 1) return;
     const char* a = reinterpret_cast<const char*>(r);
     for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(a + o);
   };
