@@ -126,6 +126,22 @@ TEST_F(SasAmxTest, ScfaDecodeSplitAndBatch) {
   }
 }
 
+TEST_F(SasAmxTest, MoreThan128Heads) {
+  // 256 query heads: engine items hold at most 128 of them (the scratch and row states' size).
+  for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
+    SasFixture f = Bf16(256, 32);
+    f.dtype = dt;
+    f.q_len = {1, 1};
+    f.kv_len = {700, 90};
+    f.ratio = 4;
+    f.k2 = 40;
+    SasArgs a = f.Build();
+    SetNumThreads(2);
+    f.Run(a);
+    f.ExpectMatchesOracle(dt == DType::kBFloat16 ? kEpsBF16 : 0x1p-24);
+  }
+}
+
 TEST_F(SasAmxTest, NonFiniteValueInAMaskedKeyStaysOut) {
   // N1 = 64, CFA: tokens 2k and 2k + 1 share an item. Original token p + 1 is the newest key of
   // query p + 1 and masked for query p; an Inf there must leave query p finite and exact.

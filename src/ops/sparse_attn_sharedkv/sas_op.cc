@@ -99,7 +99,9 @@ Schedule SasSchedule(const Problem& p, const SasConfig& c, const SasUnits& u,
   Schedule s;
   s.state_rows = u.state_rows;
   s.task_begin.push_back(0);
-  const int64_t G = c.group(), g_chunk = std::min<int64_t>(G, kMaxRows);
+  // At most kItemRows heads per item: MaxItemRows sizes the engine's scratch and row states by it
+  // for sparse problems (kMaxRows here overran them from 129 query heads on).
+  const int64_t G = c.group(), g_chunk = std::min<int64_t>(G, kItemRows);
   for (const SasWorkerRange& r : ranges) {
     for (int64_t piece = r.piece_begin; piece < r.piece_end; ++piece) {
       const int64_t x = u.UnitOfPiece(piece), chunk = piece - u.piece_begin[x];
