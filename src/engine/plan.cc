@@ -2,6 +2,7 @@
 #include "engine/plan.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace openfia::internal {
 namespace {
@@ -119,6 +120,21 @@ Plan MakePlan(const Problem& p) {
   return plan;
 }
 
+std::vector<int64_t> ScratchBuffer::Key(const Problem& p) {
+  return {p.d_qk, p.d_rope, p.d_v, MaxItemRows(p),
+          p.k.dequant.kind == Dequant::Kind::kPerTile || !p.key_offset.empty(),
+          p.full_quant};
+}
+
+void ScratchBuffer::Clear() {
+  std::fill(f_.begin(), f_.end(), 0.f);
+  std::fill(i_.begin(), i_.end(), 0);
+  std::fill(ptr_.begin(), ptr_.end(), nullptr);
+  std::fill(u8_.begin(), u8_.end(), 0);
+  std::fill(acc64_.begin(), acc64_.end(), 0);
+  std::fill(lsum_.begin(), lsum_.end(), 0.0);
+}
+
 ScratchBuffer::ScratchBuffer(const Problem& p) {
   EngineScratch& s = s_;
   s.dk = p.d_qk + p.d_rope;
@@ -128,8 +144,10 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   const int64_t nq = rows * s.dk_pad, nkt = s.dk * kTileKeys + 16,
                 nv = kTileKeys * s.dv_pad, ns = rows * kTileKeys,
                 nt = rows + 2 * s.dv_pad + 64;
-  f_.assign(nq + nkt + nv + ns + nt, 0.f);
-  float* f = f_.data();
+  // 16 floats of slack: the buffers start on a cache line (each is a multiple of 16 floats
+  // long), whatever the allocator returns; a tile row straddling two lines costs two loads.
+  f_.assign(nq + nkt + nv + ns + nt + 16, 0.f);
+  float* f = f_.data() + (16 - reinterpret_cast<uintptr_t>(f_.data()) / 4 % 16) % 16;
   s.q = f;
   s.kt = s.q + nq;
   s.v = s.kt + nkt;
@@ -148,14 +166,16 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   s.voff = s.roff + kTileKeys;
   s.kcoord = s.voff + kTileKeys;
   s.vcoord = s.kcoord + 3 * kTileKeys;
-  if (p.k.dequant.kind == Dequant::Kind::kPerTile) {
+  // Also for every sparse problem: the AMX SparseAttnSharedkv path (amx_sas-inl.h) keeps a
+  // step's packed V and scores there.
+  if (p.k.dequant.kind == Dequant::Kind::kPerTile || !p.key_offset.empty()) {
     // Written before it is read (never relies on zeros): no clearing pass.
     const int64_t d_pack = p.d_qk + (p.d_rope + 31) / 32 * 32;
     const int64_t n = kStepTiles * (d_pack / 2 * kTileKeys) + kTileKeys * s.dk / 2 +
                       kStepTiles * (kTileKeys / 2) * (s.dv_pad + 16) +
                       rows * (kStepTiles * kTileKeys + 16) + 64;
-    step_ = std::make_unique_for_overwrite<float[]>(n);
-    s.step = step_.get();
+    step_ = std::make_unique_for_overwrite<float[]>(n + 16);
+    s.step = step_.get() + (16 - reinterpret_cast<uintptr_t>(step_.get()) / 4 % 16) % 16;
   }
   if (p.full_quant) {
     acc64_.assign(kMaxRows * p.d_v, 0);

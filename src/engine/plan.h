@@ -107,6 +107,10 @@ class ScratchBuffer {
  public:
   explicit ScratchBuffer(const Problem& p);
   EngineScratch& get() { return s_; }
+  // What the sizes depend on: a buffer made for a problem with the same key serves another.
+  static std::vector<int64_t> Key(const Problem& p);
+  // Back to the state the constructor leaves (the zeroed parts zero again), without allocating.
+  void Clear();
 
  private:
   std::vector<float> f_;

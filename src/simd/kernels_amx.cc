@@ -467,9 +467,12 @@ inline void PvRows(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t l
 #include "simd/amx_prefill-inl.h"
 // Sparse items over tile-quantized rows (KvQuantSparseFlashAttention): AmxTileDqCan.
 #include "simd/amx_tile_dequant-inl.h"
+// SparseAttnSharedkv items (bf16 K = V rows, one or several query tokens): AmxSasCan.
+#include "simd/amx_sas-inl.h"
 
 void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
   if (AmxTileDqCan(p, w)) return AmxAttendTileDq(p, w, sc, out);
+  if (AmxSasCan(p, w)) return AmxAttendSas(p, w, sc, out);
   if (!AmxCan(p, w)) return Avx512Kernels()->attend(p, w, sc, out);
   if (PrefillCan(p, w)) return AmxPrefill(p, w, sc, out);  // dense bf16 prefill, no rope
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -683,7 +686,12 @@ const KernelTable* AmxKernels() {
   return ok && Avx512Kernels() != nullptr ? &amx_target::kTable : nullptr;
 }
 bool AmxRunsItem(const Problem& p, const WorkItem& w) {
-  return amx_target::AmxCan(p, w) || amx_target::AmxTileDqCan(p, w);
+  return amx_target::AmxCan(p, w) || amx_target::AmxTileDqCan(p, w) ||
+         amx_target::AmxSasCan(p, w);
+}
+bool AmxRunsSasItem(const Problem& p, const WorkItem& w) {
+  const KernelTable* amx = AmxKernels();
+  return amx != nullptr && &ActiveKernels() == amx && amx_target::AmxSasCan(p, w);
 }
 bool AmxRunsPrefill(const Problem& p, const WorkItem& w) {
   return !amx_target::AmxTileDqCan(p, w) && amx_target::AmxCan(p, w) &&
@@ -694,6 +702,7 @@ bool AmxRunsPrefill(const Problem& p, const WorkItem& w) {
 namespace openfia::internal {
 const KernelTable* AmxKernels() { return nullptr; }
 bool AmxRunsItem(const Problem&, const WorkItem&) { return false; }
+bool AmxRunsSasItem(const Problem&, const WorkItem&) { return false; }
 bool AmxRunsPrefill(const Problem&, const WorkItem&) { return false; }
 }  // namespace openfia::internal
 #endif

@@ -99,13 +99,32 @@ Schedule SasSchedule(const Problem& p, const SasConfig& c, const SasUnits& u,
   Schedule s;
   s.state_rows = u.state_rows;
   s.task_begin.push_back(0);
-  const int64_t G = c.group(), g_chunk = std::min<int64_t>(G, kMaxRows);
+  // At most kItemRows heads per item: MaxItemRows sizes the engine's scratch and row states by it
+  // for sparse problems (kMaxRows here overran them from 129 query heads on).
+  const int64_t G = c.group(), g_chunk = std::min<int64_t>(G, kItemRows);
   for (const SasWorkerRange& r : ranges) {
     for (int64_t piece = r.piece_begin; piece < r.piece_end; ++piece) {
       const int64_t x = u.UnitOfPiece(piece), chunk = piece - u.piece_begin[x];
       const int64_t b = u.batch_of[x], t0 = (x - u.begin[b]) * u.tokens_per_block;
       const bool split = u.chunks[x] > 1, last = chunk + 1 == u.chunks[x];
-      for (int64_t t = 0; t < u.tokens[x]; ++t) {
+      // CFA / SWA units (no index lists) of whole groups: items of several consecutive tokens
+      // (up to kItemRows rows) where the AMX path takes them, so that the window rows the tokens
+      // share are gathered and packed once (amx_sas-inl.h). Which tokens share an item depends
+      // on the unit only, so the result is the same for every plan.
+      const int64_t multi = !split && c.cmp_topk == 0 && p.h_kv == 1 && G <= kItemRows
+                                ? std::min<int64_t>(kItemRows / G, u.tokens[x])
+                                : 1;
+      int64_t t_single = 0;  // tokens before it are in multi-token items
+      for (int64_t t = 0; multi > 1 && t < u.tokens[x]; t += multi) {
+        WorkItem w = internal::SparseRowItem(p, b, t0 + t, 0, 0, G);
+        w.i1 = t0 + std::min(t + multi, u.tokens[x]);
+        w.j0 = 0;
+        w.j1 = 1;  // the kernel takes the union of the tokens' lists
+        if (w.i1 - w.i0 < 2 || !AmxRunsSasItem(p, w)) break;
+        s.items.push_back(w);
+        t_single = w.i1 - t0;
+      }
+      for (int64_t t = t_single; t < u.tokens[x]; ++t) {
         const int64_t i = t0 + t;
         for (int64_t hk = 0; hk < p.h_kv; ++hk) {
           for (int64_t g0 = 0; g0 < G; g0 += g_chunk) {
