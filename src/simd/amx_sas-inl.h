@@ -134,9 +134,6 @@ inline void SasResolve(const Problem& p, const WorkItem& w, const SasColumns& c,
 template <typename Pf>
 inline bool PackKVBf16(const uint16_t* const* row, int64_t nk, int64_t D, uint32_t* kp,
                        uint32_t* vp, int64_t ldvp, const Pf& pf, int64_t pf_nk) {
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
-                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   const __m512i e = _mm512_set1_epi16(0x7F80);
   __mmask32 bad = 0;
   for (int64_t n0 = 0; n0 < TN; n0 += 16) {
@@ -148,15 +145,7 @@ inline bool PackKVBf16(const uint16_t* const* row, int64_t nk, int64_t D, uint32
         x[i] = i < live ? _mm512_loadu_si512(row[n0 + i] + c) : _mm512_setzero_si512();
         bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x[i], e), e);
       }
-      for (int j = 0; j < 8; ++j) {
-        uint32_t* dst = vp + (n0 / 2 + j) * ldvp + c;
-        _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(x[2 * j], lo, x[2 * j + 1]));
-        _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi16(x[2 * j], hi, x[2 * j + 1]));
-      }
-      __m512 f[16];
-      for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(x[i]);
-      V::Transpose(f);
-      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kp + (c / 2 + i) * TN + n0, f[i]);
+      StoreKvBlock16(x, n0, c, kp, vp, ldvp);
     }
   }
   for (int64_t n = TN; n < pf_nk; ++n) pf(n);

@@ -213,6 +213,25 @@ inline void DequantRowBf16(const uint8_t* src, const float* scale, int64_t sd, i
     DequantRowBf16<E, true>(src, scale, sd, d_group, D, table, dst);
 }
 
+// Stores 16 keys x 32 channels (x[i]: key n0 + i, channels c .. c + 31 as bf16) into the packed
+// V tile (row pairs interleaved, as PackV) and the packed K tile (a 16 x 16 transpose of the
+// channel pairs, as PackK). Shared by the fused int8 dequant below and amx_sas-inl.h.
+inline void StoreKvBlock16(const __m512i* x, int64_t n0, int64_t c, uint32_t* kp, uint32_t* vp,
+                           int64_t ldvp) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int j = 0; j < 8; ++j) {
+    uint32_t* dst = vp + (n0 / 2 + j) * ldvp + c;
+    _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(x[2 * j], lo, x[2 * j + 1]));
+    _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi16(x[2 * j], hi, x[2 * j + 1]));
+  }
+  __m512 f[16];
+  for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(x[i]);
+  V::Transpose(f);
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kp + (c / 2 + i) * TN + n0, f[i]);
+}
+
 // A full tile of int8 rows whose scales are all plain (Int8RowPlain), with d_v == d_qk: each
 // 16-key x 32-channel block is dequantized in registers (the same operations and rounding as
 // DequantRowBf16) and goes straight into the packed K tile (a 16 x 16 transpose of the channel
@@ -221,9 +240,6 @@ inline void DequantRowBf16(const uint8_t* src, const float* scale, int64_t sd, i
 template <typename Pf>
 inline void DequantPackI8(const TileDqRows& r, int64_t D, int64_t sd, int64_t d_group,
                           uint32_t* kp, uint32_t* vp, int64_t ldvp, const Pf& pf, int64_t pf_nk) {
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
-                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   for (int64_t n0 = 0; n0 < TN; n0 += 16) {
     for (int64_t n = n0; n < std::min(n0 + 16, pf_nk); ++n) pf(n);
     for (int64_t c = 0; c < D; c += 32) {
@@ -235,15 +251,7 @@ inline void DequantPackI8(const TileDqRows& r, int64_t D, int64_t sd, int64_t d_
         const __m512 b = _mm512_mul_ps(LoadQuant16<Elem::kI8>(r.nope[n] + c + 16, nullptr), sc);
         x[i] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
       }
-      for (int j = 0; j < 8; ++j) {
-        uint32_t* dst = vp + (n0 / 2 + j) * ldvp + c;
-        _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(x[2 * j], lo, x[2 * j + 1]));
-        _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi16(x[2 * j], hi, x[2 * j + 1]));
-      }
-      __m512 f[16];
-      for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(x[i]);
-      V::Transpose(f);
-      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kp + (c / 2 + i) * TN + n0, f[i]);
+      StoreKvBlock16(x, n0, c, kp, vp, ldvp);
     }
   }
   for (int64_t n = TN; n < pf_nk; ++n) pf(n);
