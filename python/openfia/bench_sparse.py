@@ -456,9 +456,10 @@ def sas_cost_model(reps=15, S2=4096, N=64, D=512):
       * unsplit items (B=8 decode tokens: 8 M blocks, no S2 split) with key lists of
         L = 128 + k2 keys (k2 = 64 .. 960): CPU/8 per item; a (per (query head x key) product)
         from the two longest lists;
-      * B=1, k2=960: the same 1088 keys as 17 one-tile items (chunks) writing partial states:
-        (compute CPU - one unsplit 1088-key item) / 16 -> b (per extra item, its 64 state rows
-        included); merge CPU over the 17 * N rows -> m (per row merged, epilogue included).
+      * B=1, k2=960: the same 1088 keys (17 tiles) as the planner's S2 chunks (4 chunks of at
+        most 5 tiles, no chunk under 4 tiles) writing partial states: (compute CPU - one
+        unsplit 1088-key item) / (chunks - 1) -> b (per extra item, its 64 state rows
+        included); merge CPU over the chunks * N rows -> m (per row merged, epilogue included).
         (An intercept fitted to the unsplit items alone comes out near 80 us, which this
         experiment rules out as a per-item cost: it is the AMX kernel's per-key cost growing
         for short lists, see the docs.)
@@ -480,7 +481,12 @@ def sas_cost_model(reps=15, S2=4096, N=64, D=512):
     (l1, t1), (l2, t2) = rows[-2], rows[-1]
     a = (t2 - t1) / (N * (l2 - l1))
     split = busy(1, 960)
-    L, chunks = 128 + 960, (128 + 960 + 63) // 64
+    # The planner's grid (metadata_plan.cc SasWorkUnits): about 36 chunks of whole 64-key
+    # tiles, none under kSasMinChunkTiles = 4 tiles.
+    L = 128 + 960
+    tiles = (L + 63) // 64
+    per = -(-tiles // min(36, max(1, tiles // 4)))
+    chunks = -(-tiles // per)
     comp, merge = split["workers_cpu"][0], split["merge_cpu"][0]
     bb = max(0.0, (comp - t2) / (chunks - 1))
     m = merge / (chunks * N)

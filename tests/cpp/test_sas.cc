@@ -215,13 +215,14 @@ TEST_P(SasTest, BitwiseIdenticalForAnyMetadataWorkersAndThreads) {
 }
 
 TEST_P(SasTest, BusyStatsHookTimesEveryPlannedWorkerAndChangesNothing) {
-  // B = 1 decode split over 3 workers (7 one-tile chunks): one busy time per compute record,
-  // the merge timed, the same bytes as the untimed call; on the reference no engine timing.
+  // B = 1 decode split over 3 workers (128 + 700 keys: three chunks of at most 5 tiles): one
+  // busy time per compute record, the merge timed, the same bytes as the untimed call; on the
+  // reference no engine timing.
   SasFixture f;
   f.q_len = {1};
-  f.kv_len = {2000};
+  f.kv_len = {4000};
   f.ratio = 4;
-  f.k2 = 300;
+  f.k2 = 700;
   f.n1 = 64;
   f.d = 8;
   SasArgs a = f.Build();

@@ -198,51 +198,63 @@ TEST(SasVerify, RejectsEveryCorruption) {
 }
 
 TEST(SasPlan, SmallBatchDecodeSplitsS2OnAFixedGrid) {
-  // V3: B = 1 decode, SCFA 512 of 2048 compressed entries + the 128-token window = 640 keys:
-  // ten one-tile chunks, whatever the worker count; the merge of the 64 rows in 4 reduce records.
+  // V3: B = 1 decode, SCFA 512 of 2048 compressed entries + the 128-token window = 640 keys =
+  // 10 tiles: two chunks of 5 tiles (no chunk under kSasMinChunkTiles = 4 tiles), whatever the
+  // worker count; the merge of the 64 rows in 4 reduce records.
   SasConfig c;
   c.batch = 1, c.n1 = 64, c.d = 512, c.has_cmp = true, c.cmp_ratio = 4, c.cmp_topk = 512;
   c.q_len = {1}, c.kv_len = {8192};
   const SasUnits u = SasWorkUnits(c);
   ASSERT_EQ(u.total(), 1);
-  EXPECT_EQ(u.chunks[0], 10);
-  EXPECT_EQ(u.chunk_keys[0], 64);
-  EXPECT_EQ(u.state_rows, 640);
-  for (int64_t workers : {1, 2, 3, 10, 36}) {
+  EXPECT_EQ(u.chunks[0], 2);
+  EXPECT_EQ(u.chunk_keys[0], 320);
+  EXPECT_EQ(u.state_rows, 128);
+  for (int64_t workers : {1, 2, 3, 36}) {
     const std::vector<int32_t> w = PlanSas(c, workers);
     const std::vector<SasWorkerRange> r = VerifySasPlan(c, w.data());
-    // Equal-cost pieces: every worker (up to the 10 pieces) gets work, within one piece.
-    ASSERT_EQ(int64_t(r.size()), std::min<int64_t>(workers, 10)) << workers;
-    for (const SasWorkerRange& x : r) {
-      EXPECT_GE(x.piece_end - x.piece_begin, 10 / std::min<int64_t>(workers, 10)) << workers;
-      EXPECT_LE(x.piece_end - x.piece_begin, (9 + workers) / workers) << workers;
-    }
+    // Equal-cost pieces: up to two workers get one each.
+    ASSERT_EQ(int64_t(r.size()), std::min<int64_t>(workers, 2)) << workers;
+    for (const SasWorkerRange& x : r)
+      EXPECT_EQ(x.piece_end - x.piece_begin, workers == 1 ? 2 : 1) << workers;
     for (int64_t v = 0; v < 4; ++v) {
       const int32_t* fd = &w[kSasReduceBase + v * kSasRecordWords];
       EXPECT_EQ(fd[kFdEnable], 1);
       EXPECT_EQ(fd[kFdWorkspaceIdx], 0);
-      EXPECT_EQ(fd[kFdWorkspaceNum], 10);
+      EXPECT_EQ(fd[kFdWorkspaceNum], 2);
       EXPECT_EQ(fd[kFdMStart], 16 * v);
       EXPECT_EQ(fd[kFdMNum], 16);
     }
     EXPECT_EQ(w[kSasReduceBase + 4 * kSasRecordWords + kFdEnable], 0);
   }
-  // Two workers: pieces [0, 5) and [5, 10) = cursors (0,0,0)..(0,0,5)..(1,0,0).
+  // Two workers: pieces [0, 1) and [1, 2) = cursors (0,0,0)..(0,0,1)..(1,0,0).
   const std::vector<int32_t> w = PlanSas(c, 2);
   EXPECT_EQ(w[kS2Start], 0);
-  EXPECT_EQ(w[kS2End], 5);
-  EXPECT_EQ(w[kSasRecordWords + kS2Start], 5);
-  EXPECT_EQ(w[kSasRecordWords + kFirstFdWorkspaceIdx], 5);
+  EXPECT_EQ(w[kS2End], 1);
+  EXPECT_EQ(w[kSasRecordWords + kS2Start], 1);
+  EXPECT_EQ(w[kSasRecordWords + kFirstFdWorkspaceIdx], 1);
   EXPECT_EQ(w[kSasRecordWords + kBn2End], 1);
   auto bad = w;
-  bad[kS2End] = 11;  // past the unit's chunks
+  bad[kS2End] = 3;  // past the unit's chunks
   ExpectRejected(c, bad, "name (unit, S2 chunk) pieces");
   bad = w;
   bad[kSasReduceBase + kFdWorkspaceNum] = 9;
   ExpectRejected(c, bad, "reduce records");
   bad = w;
-  bad[kS2End] = 4;  // piece 4 covered by nobody
+  bad[kS2End] = 0;  // an empty record
+  ExpectRejected(c, bad, "at least one piece");
+  // A longer list: 128 + 2048 keys = 34 tiles -> 8 chunks wanted (34 / 4), 7 of 5 tiles.
+  c.cmp_topk = 2048, c.kv_len = {16384};
+  const SasUnits v = SasWorkUnits(c);
+  EXPECT_EQ(v.chunk_keys[0], 320);
+  EXPECT_EQ(v.chunks[0], 7);
+  const std::vector<int32_t> w2 = PlanSas(c, 2);
+  ASSERT_EQ(VerifySasPlan(c, w2.data()).size(), 2u);
+  bad = w2;
+  bad[kS2End] -= 1;  // the last piece of worker 0 covered by nobody
   ExpectRejected(c, bad, "not covered");
+  // A list shorter than 2 x kSasMinChunkTiles tiles is not split.
+  c.cmp_topk = 256, c.kv_len = {8192};
+  EXPECT_EQ(SasWorkUnits(c).pieces(), 1);
   // A batch of 4 units is not split (kSasSplitBelowUnits).
   c.batch = 4, c.q_len.assign(4, 1), c.kv_len.assign(4, 8192);
   EXPECT_EQ(SasWorkUnits(c).pieces(), 4);

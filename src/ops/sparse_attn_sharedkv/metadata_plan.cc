@@ -108,9 +108,10 @@ SasUnits SasWorkUnits(const SasConfig& c) {
     }
   }
   // The S2 grid: with few units (decode with a small batch) each unit's lists are cut into about
-  // kSasSplitTarget / units chunks of whole tiles, so that up to 36 workers find work; otherwise
-  // no split (the merge costs more than idle workers would). Configuration only, never the
-  // worker count: that is what makes the result independent of the plan.
+  // kSasSplitTarget / units chunks of whole tiles, so that up to 36 workers find work, but no
+  // chunk shorter than kSasMinChunkTiles tiles; otherwise no split (the merge costs more than
+  // idle workers would). Configuration only, never the worker count: that is what makes the
+  // result independent of the plan.
   const int64_t want = units < kSasSplitBelowUnits
                            ? (kSasSplitTarget + units - 1) / std::max<int64_t>(units, 1)
                            : 1;
@@ -121,7 +122,7 @@ SasUnits SasWorkUnits(const SasConfig& c) {
   u.slot_row0.assign(units, -1);
   for (int64_t x = 0; x < units; ++x) {
     const int64_t tiles = std::max<int64_t>(1, (cap[x] + kSasTileKeys - 1) / kSasTileKeys);
-    const int64_t n = std::min(want, tiles);
+    const int64_t n = std::min(want, std::max<int64_t>(1, tiles / kSasMinChunkTiles));
     const int64_t per = (tiles + n - 1) / n;
     u.chunk_keys[x] = per * kSasTileKeys;
     u.chunks[x] = (tiles + per - 1) / per;

@@ -75,6 +75,10 @@ inline constexpr int64_t kSasTileKeys = 64;
 // Units (M blocks) below which the S2 axis is split, and the number of pieces then aimed at.
 inline constexpr int64_t kSasSplitBelowUnits = 4;
 inline constexpr int64_t kSasSplitTarget = kSasMaxWorkers;
+// Fewest tiles of a split chunk (one 256-key softmax step of the AMX kernel): a chunk pays
+// its engine item, its partial-state write and its share of the merge (~35 us for 64 rows of
+// 512 channels) whatever its length, about a quarter of the attention of 256 keys.
+inline constexpr int64_t kSasMinChunkTiles = 4;
 // Rows per reduce record (at most; fewer records when 72 would not suffice).
 inline constexpr int64_t kSasReduceRows = 16;
 
