@@ -6,7 +6,12 @@
 #include <limits>
 #include <string>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "common/check.h"
+#include "common/parallel.h"
 #include "engine/engine.h"
 #include "openfia/runtime.h"
 #include "reference/reference.h"
@@ -23,9 +28,33 @@ void CheckOutput(const TensorView& t, const char* name, const std::vector<int64_
   OPENFIA_CHECK(t.numel() == 0 || t.data != nullptr, name, "must not be a null pointer", "null");
 }
 
+void AdviseHugePages(void* data, int64_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t{1} << 21;
+  if (data == nullptr || bytes < 4 * static_cast<int64_t>(kHuge)) return;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t lo = (a + kHuge - 1) & ~(kHuge - 1), hi = (a + bytes) & ~(kHuge - 1);
+  // A hint only: memory that cannot take huge pages (file-backed, THP off) keeps its pages.
+  if (hi > lo) (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
 void PrefillOutputs(const TensorView& out, const TensorView& lse, bool lse_real) {
   // An empty output may have a null pointer (CheckOutput allows it): never hand it to memset.
-  if (out.numel() > 0) std::memset(out.data, 0, out.numel() * ElementSize(out.dtype));
+  if (out.numel() > 0) {
+    const int64_t bytes = out.numel() * ElementSize(out.dtype);
+    AdviseHugePages(out.data, bytes);
+    // Large outputs are cleared by all workers (the first write of fresh memory is page faults
+    // as much as stores).
+    constexpr int64_t kPart = int64_t{1} << 22;
+    char* base = static_cast<char*>(out.data);
+    ParallelFor((bytes + kPart - 1) / kPart, [&](int64_t i, int) {
+      std::memset(base + i * kPart, 0, std::min(kPart, bytes - i * kPart));
+    });
+  }
   if (lse.defined() && lse.numel() > 0) {
     float* p = static_cast<float*>(lse.data);
     std::fill(p, p + lse.numel(), lse_real ? std::numeric_limits<float>::infinity() : 0.f);

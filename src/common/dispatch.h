@@ -19,9 +19,17 @@ namespace openfia::internal {
 void CheckOutput(const TensorView& t, const char* name, const std::vector<int64_t>& sizes,
                  DType dtype);
 
+// Asks the OS for transparent huge pages over the 2 MiB-aligned interior of [data, data + bytes)
+// when it spans at least 8 MiB (Linux MADV_HUGEPAGE; a no-op elsewhere, and where THP is off).
+// The first write of a fresh output faults in one page per 4 KiB otherwise: a 134 MB output took
+// 60 ms to write the first time in 4 KiB pages and 23-30 ms in 2 MiB pages (this VM, THP in
+// "madvise" mode). Contents and semantics are unchanged; it only changes how memory is mapped.
+void AdviseHugePages(void* data, int64_t bytes);
+
 // Pre-fill, before any row is computed: every element of `out` is 0 (rows no implementation
 // writes: no keys, padding, past the actual lengths), and every entry of `lse` (when defined)
-// is +inf when `lse_real`, else 0 (the one-element placeholder of a call without lse).
+// is +inf when `lse_real`, else 0 (the one-element placeholder of a call without lse). Large
+// outputs get AdviseHugePages and are cleared by all workers.
 void PrefillOutputs(const TensorView& out, const TensorView& lse, bool lse_real);
 
 // Runs `p` on the implementation GetImpl() selects: kReference -> run_reference; kEngine -> the

@@ -199,6 +199,8 @@ void RunSas(const SasArgs& args, const TensorView& attention_out, const TensorVi
     // hundreds of MB that would otherwise be written twice.
     if (!args.return_softmax_lse && softmax_lse.defined() && softmax_lse.numel() > 0)
       *static_cast<float*>(softmax_lse.data) = 0.f;  // the one-element placeholder
+    AdviseHugePages(attention_out.data,
+                    attention_out.numel() * ElementSize(attention_out.dtype));
     RunSchedule(p, SasSchedule(p, config, units, ranges, words.data()), stats);
   } else if (impl == Impl::kEngine) {
     Fail(ErrorCode::kUnsupported, "impl", "the engine does not support this call", why);
