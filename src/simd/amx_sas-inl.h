@@ -199,6 +199,7 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
     return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(x) + 63) & ~uintptr_t{63});
   };
   constexpr int64_t TS = kStepTiles * TN;
+  static_assert(TS <= 256, "the softmax below takes up to 256 keys per step");
   uint32_t* kp = static_cast<uint32_t*>(line(sc.step));
   const int64_t ldvp = Dv % 256 == 0 ? Dv + 16 : Dv;
   uint32_t* vp = kp + D / 2 * TN;
@@ -257,7 +258,14 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       const auto pf = [&](int64_t n) { prefetch_row(ahead[n]); };
       const bool v_bad = PackKVBf16(ring[c0 / TN % kAhead1], nk, D, kp,
                                     vp + k * (TN / 2) * ldvp, ldvp, pf, pf_nk);
-      ScoreRows(qb, ldq, kp, D, rows, ss + k * TN, lds);
+      // The score tiles of live keys only (a short last tile: the padding columns are set
+      // below).
+      switch ((nk + 15) / 16) {
+        case 1: ScoreRowsFirst<1>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
+        case 2: ScoreRowsFirst<2>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
+        case 3: ScoreRowsFirst<3>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
+        default: ScoreRows(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
+      }
       if (cols.multi) {
         uint64_t vis[kSasMaxTokens];
         bool partial = false;
@@ -280,6 +288,7 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       }
     }
     const bool live = t0 != 0;  // the accumulators hold earlier steps
+    const int64_t live_keys = std::min(ntile * TN, cols.n - t0);
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
       float* sb = ss + r0 * lds;
       float* a = out.acc + r0 * out.acc_stride;
@@ -290,12 +299,17 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       if (bad && !live) {
         for (int64_t r = 0; r < 16; ++r) std::memset(a + r * out.acc_stride, 0, Dv * 4);
       }
-      switch (ntile) {
-        case 1: SoftmaxBlock16N<TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 2: SoftmaxBlock16N<2 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 3: SoftmaxBlock16N<3 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
+      // Over the live keys rounded up to 32 (the P V below reads no further).
+      switch ((live_keys + 31) / 32) {
+        case 1: SoftmaxBlock16N<32>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
+        case 2: SoftmaxBlock16N<64>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
+        case 3: SoftmaxBlock16N<96>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
+        case 4: SoftmaxBlock16N<128>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
+        case 5: SoftmaxBlock16N<160>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
+        case 6: SoftmaxBlock16N<192>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
+        case 7: SoftmaxBlock16N<224>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
         default:
-          SoftmaxBlock16N<4 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al);
+          SoftmaxBlock16N<256>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al);
           break;
       }
     }
@@ -321,7 +335,9 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       }
       continue;
     }
-    PvRows(reinterpret_cast<const uint16_t*>(ss), ldp, vp, ldvp, Dv, ntile * (TN / 32), rows,
+    // Key chunks of 32 past the last live key hold P = 0 and zero V rows only: adding them
+    // changes no bit, so P V stops at the last live chunk.
+    PvRows(reinterpret_cast<const uint16_t*>(ss), ldp, vp, ldvp, Dv, (live_keys + 31) / 32, rows,
            out.acc, out.acc_stride, /*acc_init=*/!live);
   }
   _tile_release();

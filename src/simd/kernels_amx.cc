@@ -385,6 +385,55 @@ inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc
 // accumulator. (A 2x2-blocked version over all channels, one tile load per product but K from
 // L2, measured 27% slower on P3 and 9% slower on S1, single thread, separate processes.)
 constexpr int64_t kScoreGroup = 192;
+// The first NT (1-3) of the 4 score tiles of ScoreChunk: keys past 16 * NT are padding.
+template <int NT>
+inline void ScoreChunkFirst(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t d0) {
+  _tile_loadd(4, q + d0, ldq * 2);
+  const uint32_t* b = kp + (d0 / 2) * TN;
+  _tile_loadd(6, b, TN * 4);
+  _tile_dpbf16ps(0, 4, 6);
+  if constexpr (NT >= 2) {
+    _tile_loadd(7, b + 16, TN * 4);
+    _tile_dpbf16ps(1, 4, 7);
+  }
+  if constexpr (NT >= 3) {
+    _tile_loadd(6, b + 32, TN * 4);
+    _tile_dpbf16ps(2, 4, 6);
+  }
+}
+// ScoreRows for a tile whose keys past 16 * NT (NT = 1-3) are padding: those score columns are
+// left as they are (the caller overwrites them).
+template <int NT>
+inline void ScoreRowsFirst(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t D,
+                           int64_t rows, float* s, int64_t lds) {
+  for (int64_t g0 = 0; g0 < D; g0 += kScoreGroup) {
+    const int64_t g1 = std::min(D, g0 + kScoreGroup);
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+      float* c = s + r0 * lds;
+      CompilerFence();
+      for (int t = 0; t < NT; ++t) {
+        if (g0 == 0) {
+          switch (t) {
+            case 0: _tile_zero(0); break;
+            case 1: _tile_zero(1); break;
+            default: _tile_zero(2); break;
+          }
+        } else {
+          switch (t) {
+            case 0: _tile_loadd(0, c, lds * 4); break;
+            case 1: _tile_loadd(1, c + 16, lds * 4); break;
+            default: _tile_loadd(2, c + 32, lds * 4); break;
+          }
+        }
+      }
+      for (int64_t d0 = g0; d0 < g1; d0 += 32) ScoreChunkFirst<NT>(q + r0 * ldq, ldq, kp, d0);
+      _tile_stored(0, c, lds * 4);
+      if constexpr (NT >= 2) _tile_stored(1, c + 16, lds * 4);
+      if constexpr (NT >= 3) _tile_stored(2, c + 32, lds * 4);
+      CompilerFence();
+    }
+  }
+}
 inline void ScoreRows(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t D,
                       int64_t rows, float* s, int64_t lds) {
   for (int64_t g0 = 0; g0 < D; g0 += kScoreGroup) {
