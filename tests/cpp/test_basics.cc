@@ -1,7 +1,14 @@
 // Error messages and TensorView helpers.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
 #include "common/check.h"
+#include "common/dispatch.h"
 #include "openfia/openfia.h"
 
 namespace openfia {
@@ -45,5 +52,27 @@ TEST(TensorView, EmptyIsContiguousAndNumelSaturates) {
   TensorView huge(nullptr, DType::kFloat32, {int64_t{1} << 40, int64_t{1} << 40}, {1, 1});
   EXPECT_EQ(huge.numel(), INT64_MAX);
 }
+TEST(PrefillOutputs, LargeOutputsAreClearedEverywhereWhateverTheThreads) {
+  // 20 MiB + 6 bytes at an odd 2-byte offset: the huge-page hint covers only the 2 MiB-aligned
+  // interior and the parallel clear splits the rest in 4 MiB parts; every byte must be 0, the
+  // bytes around it untouched, and the lse entries +inf.
+  const int64_t n = (int64_t{20} << 20) / 2 + 3;
+  const int saved = GetNumThreads();
+  for (int threads : {1, 2, 3}) {
+    SetNumThreads(threads);
+    std::vector<uint16_t> buf(n + 2, 0xBEEF);
+    TensorView out(buf.data() + 1, DType::kBFloat16, {n});
+    std::vector<float> lse(5, 1.f);
+    internal::PrefillOutputs(out, TensorView(lse.data(), DType::kFloat32, {5}), true);
+    EXPECT_EQ(buf.front(), 0xBEEF);
+    EXPECT_EQ(buf.back(), 0xBEEF);
+    int64_t nonzero = 0;
+    for (int64_t i = 1; i <= n; ++i) nonzero += buf[i] != 0;
+    EXPECT_EQ(nonzero, 0) << threads;
+    for (float x : lse) EXPECT_EQ(x, std::numeric_limits<float>::infinity());
+  }
+  SetNumThreads(saved);
+}
+
 }  // namespace
 }  // namespace openfia
