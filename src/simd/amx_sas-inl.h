@@ -261,9 +261,9 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       // The score tiles of live keys only (a short last tile: the padding columns are set
       // below).
       switch ((nk + 15) / 16) {
-        case 1: ScoreRowsFirst<1>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
-        case 2: ScoreRowsFirst<2>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
-        case 3: ScoreRowsFirst<3>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
+        case 1: ScoreRows<1>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
+        case 2: ScoreRows<2>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
+        case 3: ScoreRows<3>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
         default: ScoreRows(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
       }
       if (cols.multi) {

@@ -401,59 +401,39 @@ inline void ScoreChunkFirst(const uint16_t* q, int64_t ldq, const uint32_t* kp, 
     _tile_dpbf16ps(2, 4, 6);
   }
 }
-// ScoreRows for a tile whose keys past 16 * NT (NT = 1-3) are padding: those score columns are
-// left as they are (the caller overwrites them).
-template <int NT>
-inline void ScoreRowsFirst(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t D,
-                           int64_t rows, float* s, int64_t lds) {
-  for (int64_t g0 = 0; g0 < D; g0 += kScoreGroup) {
-    const int64_t g1 = std::min(D, g0 + kScoreGroup);
-    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-      float* c = s + r0 * lds;
-      CompilerFence();
-      for (int t = 0; t < NT; ++t) {
-        if (g0 == 0) {
-          switch (t) {
-            case 0: _tile_zero(0); break;
-            case 1: _tile_zero(1); break;
-            default: _tile_zero(2); break;
-          }
-        } else {
-          switch (t) {
-            case 0: _tile_loadd(0, c, lds * 4); break;
-            case 1: _tile_loadd(1, c + 16, lds * 4); break;
-            default: _tile_loadd(2, c + 32, lds * 4); break;
-          }
-        }
-      }
-      for (int64_t d0 = g0; d0 < g1; d0 += 32) ScoreChunkFirst<NT>(q + r0 * ldq, ldq, kp, d0);
-      _tile_stored(0, c, lds * 4);
-      if constexpr (NT >= 2) _tile_stored(1, c + 16, lds * 4);
-      if constexpr (NT >= 3) _tile_stored(2, c + 32, lds * 4);
-      CompilerFence();
-    }
-  }
-}
+// NT < 4: the tile's keys past 16 * NT are padding, their score columns are left as they are
+// (the caller overwrites them).
+template <int NT = 4>
 inline void ScoreRows(const uint16_t* q, int64_t ldq, const uint32_t* kp, int64_t D,
                       int64_t rows, float* s, int64_t lds) {
+  static_assert(NT >= 1 && NT <= 4, "a K tile has 4 score tiles");
   for (int64_t g0 = 0; g0 < D; g0 += kScoreGroup) {
     const int64_t g1 = std::min(D, g0 + kScoreGroup);
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
       float* c = s + r0 * lds;
       CompilerFence();
       if (g0 == 0) {
-        ScoreBegin();
+        _tile_zero(0);
+        if constexpr (NT >= 2) _tile_zero(1);
+        if constexpr (NT >= 3) _tile_zero(2);
+        if constexpr (NT >= 4) _tile_zero(3);
       } else {
         _tile_loadd(0, c, lds * 4);
-        _tile_loadd(1, c + 16, lds * 4);
-        _tile_loadd(2, c + 32, lds * 4);
-        _tile_loadd(3, c + 48, lds * 4);
+        if constexpr (NT >= 2) _tile_loadd(1, c + 16, lds * 4);
+        if constexpr (NT >= 3) _tile_loadd(2, c + 32, lds * 4);
+        if constexpr (NT >= 4) _tile_loadd(3, c + 48, lds * 4);
       }
-      for (int64_t d0 = g0; d0 < g1; d0 += 32) ScoreChunk(q + r0 * ldq, ldq, kp, d0);
+      for (int64_t d0 = g0; d0 < g1; d0 += 32) {
+        if constexpr (NT == 4) {
+          ScoreChunk(q + r0 * ldq, ldq, kp, d0);
+        } else {
+          ScoreChunkFirst<NT>(q + r0 * ldq, ldq, kp, d0);
+        }
+      }
       _tile_stored(0, c, lds * 4);
-      _tile_stored(1, c + 16, lds * 4);
-      _tile_stored(2, c + 32, lds * 4);
-      _tile_stored(3, c + 48, lds * 4);
+      if constexpr (NT >= 2) _tile_stored(1, c + 16, lds * 4);
+      if constexpr (NT >= 3) _tile_stored(2, c + 32, lds * 4);
+      if constexpr (NT >= 4) _tile_stored(3, c + 48, lds * 4);
       CompilerFence();
     }
   }
