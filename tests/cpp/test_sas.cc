@@ -132,14 +132,6 @@ TEST_P(SasTest, LseNotRequestedGivesOneZeroAndTheSameOutput) {
   EXPECT_EQ(f.outbuf, with_lse);
 }
 
-// Output and lse bytes of one run.
-std::vector<uint8_t> Bytes(const SasFixture& f) {
-  std::vector<uint8_t> v = f.outbuf;
-  const auto* l = reinterpret_cast<const uint8_t*>(f.lsebuf.data());
-  v.insert(v.end(), l, l + f.lsebuf.size() * sizeof(float));
-  return v;
-}
-
 // Plans without metadata (made here for the thread count) and with metadata for 1..36 workers,
 // each run on 1..8 threads: bitwise the same output and lse. The split cases (fewer than 4 M
 // blocks) cut the key lists into S2 chunks whose partial states the reduce records merge.

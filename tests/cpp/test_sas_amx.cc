@@ -32,13 +32,6 @@ class SasAmxTest : public ::testing::Test {
   int threads_ = 1;
 };
 
-std::vector<uint8_t> Bytes(const SasFixture& f) {
-  std::vector<uint8_t> v = f.outbuf;
-  const auto* l = reinterpret_cast<const uint8_t*>(f.lsebuf.data());
-  v.insert(v.end(), l, l + f.lsebuf.size() * sizeof(float));
-  return v;
-}
-
 // The oracle at bf16 tolerance, then the same bytes for plans made for 1..3 threads and for
 // metadata of 1, 3 and 36 workers run on 1 and 3 threads.
 void ExpectOracleAndInvariance(SasFixture& f) {

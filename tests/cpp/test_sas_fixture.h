@@ -337,4 +337,12 @@ struct SasFixture {
   }
 };
 
+// Output and lse bytes of one run (bitwise comparisons across plans and thread counts).
+inline std::vector<uint8_t> Bytes(const SasFixture& f) {
+  std::vector<uint8_t> v = f.outbuf;
+  const auto* l = reinterpret_cast<const uint8_t*>(f.lsebuf.data());
+  v.insert(v.end(), l, l + f.lsebuf.size() * sizeof(float));
+  return v;
+}
+
 }  // namespace openfia::sas_test
