@@ -261,12 +261,13 @@ class ItemRunner {
         own_scratch_(NumWorkers()), own_states_(NumWorkers()), split_m_(Uninit(state_rows)),
         split_l_(Uninit(state_rows)), split_acc_(Uninit(state_rows * dv_pad_)) {}
 
-  // Attends item w on `worker`; an unsplit item's rows are finished (epilogue), a split item's
-  // partial states stay in the workspace.
+  // Gives back the kept per-thread scratch this runner held.
   ~ItemRunner() {
     for (ThreadScratch* t : held_) t->busy = false;
   }
 
+  // Attends item w on `worker`; an unsplit item's rows are finished (epilogue), a split item's
+  // partial states stay in the workspace.
   void Run(const WorkItem& w, int worker) {
     if (!scratch_[worker]) {
       // This thread's kept scratch when it is free and made for the same sizes, else its own.
