@@ -1,7 +1,7 @@
 // openfia internal: the AMX-BF16 path of SparseAttnSharedkv items (bf16 K = V rows of an original
 // and an optional compressed cache, sparse key lists), included by kernels_amx.cc inside
-// namespace openfia::internal::amx_target after ScoreRows, PvRows, SoftmaxBlock16N and
-// amx_tile_dequant-inl.h (SameOperand), which it reuses.
+// namespace openfia::internal::amx_target after PvRows, RescaleMoved, ExpP and
+// amx_tile_dequant-inl.h (SameOperand, StoreVBlock16), which it reuses.
 //
 // An item's keys are its "columns", taken in steps of kStepTiles tiles of TN:
 //   * one query token (decode, SCFA): the list positions [j0, j1) of the token's key list;
@@ -10,13 +10,18 @@
 //     followed by the compressed entries [0, n_cmp), each row masking what its list does not
 //     hold. Consecutive tokens share all but one of their window tokens, so each key row is
 //     gathered and packed once per item instead of once per token.
-// Per tile, each key row is read once: 16 keys x 32 channels at a time go into the packed K tile
-// (a 16 x 16 transpose of channel pairs, as PackK) and the packed V of the step (row pairs
+// Scores are computed transposed, S^T = K Q^T: the key rows are the A operand, so a tile needs
+// them only copied contiguous (tile loads take one stride), not transposed into channel pairs;
+// the query rows are transposed into pairs once per item. Per tile, each key row is read once:
+// 16 keys x 32 channels at a time go into that copy and the packed V of the step (row pairs
 // interleaved, as PackV) from the same registers. The rows of the tile two ahead are resolved and
 // prefetched meanwhile (a sparse list jumps across the cache; no hardware prefetcher follows).
-// Scores go tile by tile (ScoreRows, K in L1-sized channel groups); the softmax
-// (SoftmaxBlock16N) and P V (PvRows) run once per step, so each row's 512-channel fp32
-// accumulator passes through the tiles once per kStepTiles * TN keys.
+// The softmax (SoftmaxT16) runs once per step down the key-major scores, 16 query rows per
+// vector, and writes P query-major (a small transpose of 32 keys x 16 rows at a time) for P V
+// (PvRows), so each row's 512-channel fp32 accumulator passes through the tiles once per
+// kStepTiles * TN keys.
+// (Scores as S = Q K^T took a 16 x 16 transpose of channel pairs for every key row: a third of
+// the V1 benchmark's time, instrumented.)
 //
 // The grouping of keys into tiles and steps depends on the item only, and items depend on the
 // configuration only (SasSchedule), so results stay bitwise independent of plans and threads.
@@ -127,16 +132,18 @@ inline void SasResolve(const Problem& p, const WorkItem& w, const SasColumns& c,
   }
 }
 
-// Packs nk bf16 rows of D channels (D % 32 == 0) into the K tile kp ([D/2][TN] channel pairs,
-// as PackK) and the V rows vp ([TN/2][ldvp] key pairs, as PackV), zero keys past nk; reads each
-// row once. pf(n) prefetches row n of a later tile: 16 per block of 16 keys. Returns whether
-// some element is not finite (bf16 exponent all ones).
+// Copies nk bf16 rows of D channels (D % 32 == 0) into kc (row stride ldk; rows up to the next
+// multiple of 16 zero: their scores are computed, then overwritten) and packs them into the V
+// rows vp ([TN/2][ldvp] key pairs, as PackV; keys up to the next multiple of 32 zero: P V reads
+// them); reads each row once. pf(n) prefetches row n of a later tile: 16 per block of 16 keys.
+// Returns whether some element is not finite (bf16 exponent all ones).
 template <typename Pf>
-inline bool PackKVBf16(const uint16_t* const* row, int64_t nk, int64_t D, uint32_t* kp,
-                       uint32_t* vp, int64_t ldvp, const Pf& pf, int64_t pf_nk) {
+inline bool PackKcVBf16(const uint16_t* const* row, int64_t nk, int64_t D, uint16_t* kc,
+                        int64_t ldk, uint32_t* vp, int64_t ldvp, const Pf& pf, int64_t pf_nk) {
   const __m512i e = _mm512_set1_epi16(0x7F80);
   __mmask32 bad = 0;
-  for (int64_t n0 = 0; n0 < TN; n0 += 16) {
+  const int64_t nv = (nk + 31) / 32 * 32;
+  for (int64_t n0 = 0; n0 < nv; n0 += 16) {
     for (int64_t n = n0; n < std::min(n0 + 16, pf_nk); ++n) pf(n);
     const int live = static_cast<int>(std::clamp<int64_t>(nk - n0, 0, 16));
     for (int64_t c = 0; c < D; c += 32) {
@@ -144,12 +151,146 @@ inline bool PackKVBf16(const uint16_t* const* row, int64_t nk, int64_t D, uint32
       for (int i = 0; i < 16; ++i) {
         x[i] = i < live ? _mm512_loadu_si512(row[n0 + i] + c) : _mm512_setzero_si512();
         bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x[i], e), e);
+        if (live > 0) _mm512_storeu_si512(kc + (n0 + i) * ldk + c, x[i]);
       }
-      StoreKvBlock16(x, n0, c, kp, vp, ldvp);
+      StoreVBlock16(x, n0, c, vp, ldvp);
     }
   }
-  for (int64_t n = TN; n < pf_nk; ++n) pf(n);
+  for (int64_t n = nv; n < pf_nk; ++n) pf(n);
   return bad != 0;
+}
+
+// qt[j][r] = the channel pair (q[r][2j], q[r][2j + 1]) of bf16 query rows q (stride ldq), for
+// `rows` rows (a multiple of 16) and D channels (a multiple of 32): the B operand of S^T = K Q^T.
+inline void PackQueryPairsT(const uint16_t* q, int64_t ldq, int64_t rows, int64_t D,
+                            uint32_t* qt, int64_t ldqt) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    for (int64_t c = 0; c < D; c += 32) {
+      __m512 f[16];
+      for (int i = 0; i < 16; ++i) f[i] = _mm512_loadu_ps(q + (r0 + i) * ldq + c);
+      V::Transpose(f);
+      for (int j = 0; j < 16; ++j) _mm512_storeu_ps(qt + (c / 2 + j) * ldqt + r0, f[j]);
+    }
+  }
+}
+
+// S^T = K Q^T for one block of 16 (TK: 32) keys x 16 (TQ: 32) query rows over D channels: K rows
+// at k (stride ldk), query pairs at q (PackQueryPairsT, stride ldqt); scores key-major at s
+// (stride ldst floats). Channel chunks are summed in ascending order into one accumulator.
+template <bool TK, bool TQ>
+inline void ScoreBlockT(const uint16_t* k, int64_t ldk, const uint32_t* q, int64_t ldqt,
+                        int64_t D, float* s, int64_t ldst) {
+  CompilerFence();
+  _tile_zero(0);
+  if constexpr (TQ) _tile_zero(1);
+  if constexpr (TK) _tile_zero(2);
+  if constexpr (TK && TQ) _tile_zero(3);
+  for (int64_t d0 = 0; d0 < D; d0 += 32) {
+    const uint32_t* b = q + d0 / 2 * ldqt;
+    _tile_loadd(4, k + d0, ldk * 2);
+    _tile_loadd(6, b, ldqt * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (TQ) {
+      _tile_loadd(7, b + 16, ldqt * 4);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (TK) {
+      _tile_loadd(5, k + 16 * ldk + d0, ldk * 2);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (TQ) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, s, ldst * 4);
+  if constexpr (TQ) _tile_stored(1, s + 16, ldst * 4);
+  if constexpr (TK) _tile_stored(2, s + 16 * ldst, ldst * 4);
+  if constexpr (TK && TQ) _tile_stored(3, s + 16 * ldst + 16, ldst * 4);
+  CompilerFence();
+}
+
+// S^T for nkb blocks of 16 keys and `rows` query rows (a multiple of 16), in 2 x 2 blocks: each
+// K tile and each query tile feeds two products.
+inline void ScoreTileT(const uint16_t* kc, int64_t ldk, int64_t nkb, const uint32_t* qt,
+                       int64_t ldqt, int64_t rows, int64_t D, float* st, int64_t ldst) {
+  for (int64_t kb = 0; kb < nkb; kb += 2) {
+    const bool tk = kb + 1 < nkb;
+    const uint16_t* k = kc + kb * 16 * ldk;
+    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+      const bool tq = r0 + 16 < rows;
+      const uint32_t* q = qt + r0;
+      float* s = st + kb * 16 * ldst + r0;
+      if (tk && tq) {
+        ScoreBlockT<true, true>(k, ldk, q, ldqt, D, s, ldst);
+      } else if (tk) {
+        ScoreBlockT<true, false>(k, ldk, q, ldqt, D, s, ldst);
+      } else if (tq) {
+        ScoreBlockT<false, true>(k, ldk, q, ldqt, D, s, ldst);
+      } else {
+        ScoreBlockT<false, false>(k, ldk, q, ldqt, D, s, ldst);
+      }
+    }
+  }
+}
+
+// The softmax of 16 query rows (the lanes) over nk keys (a multiple of 32) of key-major scores s
+// (stride ldst floats): the operations of SoftmaxBlock16N (scale, max, exp(s - m), bf16 P,
+// l = l * alpha + sum, acc *= alpha) with each row's maximum and sum taken down the key rows.
+// P goes query-major as bf16 to p (row stride ldp): per 32 keys, each pair of key rows is
+// interleaved into channel pairs and 16 such pairs transposed, one 64-byte P row per query.
+// acc_live false: the accumulators are not written yet (only valid when every row is fresh).
+inline void SoftmaxT16(const float* s, int64_t ldst, int64_t nk, float scale, float* m,
+                       float* l, float* acc, int64_t lda, int64_t ldv, bool acc_live,
+                       uint16_t* p, int64_t ldp) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 ninf = _mm512_set1_ps(kNegInf);
+  __m512 vm0 = ninf, vm1 = ninf;
+  for (int64_t k = 0; k < nk; k += 2) {
+    vm0 = _mm512_max_ps(vm0, _mm512_mul_ps(_mm512_loadu_ps(s + k * ldst), vscale));
+    vm1 = _mm512_max_ps(vm1, _mm512_mul_ps(_mm512_loadu_ps(s + (k + 1) * ldst), vscale));
+  }
+  const __m512 m_old = _mm512_loadu_ps(m);
+  // std::max(m_old, max) keeps m_old when the maximum is NaN; so does max_ps(max, m_old).
+  const __m512 m_new = _mm512_max_ps(_mm512_max_ps(vm0, vm1), m_old);
+  const __mmask16 dead = _mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ);  // nothing visible yet
+  const __mmask16 fresh = _mm512_cmp_ps_mask(m_old, ninf, _CMP_EQ_OQ);
+  const __mmask16 live = static_cast<__mmask16>(~dead);
+  // alpha = exp(m_old - m_new), 0 for a row without history (exp(0) is exactly 1).
+  const __m512 alpha = _mm512_maskz_mov_ps(
+      static_cast<__mmask16>(~fresh), V::Exp(_mm512_sub_ps(m_old, m_new)));
+  alignas(64) static constexpr uint16_t kPairs[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                                      21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+                                                      11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i pairs = _mm512_load_si512(kPairs);
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  for (int64_t c = 0; c < nk; c += 32) {
+    __m512 z[16];
+    for (int i = 0; i < 16; ++i) {
+      const float* sk = s + (c + 2 * i) * ldst;
+      // Rows with nothing visible: P = 0 (their exp arguments are NaN or +inf).
+      const __m512 x0 = _mm512_maskz_mov_ps(
+          live, ExpP(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sk), vscale), m_new)));
+      const __m512 x1 = _mm512_maskz_mov_ps(
+          live, ExpP(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sk + ldst), vscale), m_new)));
+      sum0 = _mm512_add_ps(sum0, x0);
+      sum1 = _mm512_add_ps(sum1, x1);
+      // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to
+      // zero; TDPBF16PS would read such a P as zero anyway (see ExpP).
+      const __m512i h = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0));
+      z[i] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(pairs, h));
+    }
+    V::Transpose(z);
+    for (int r = 0; r < 16; ++r) _mm512_storeu_ps(p + r * ldp + c, z[r]);
+  }
+  const __m512 l_old = _mm512_loadu_ps(l);
+  const __m512 l_new = _mm512_add_ps(_mm512_mul_ps(l_old, alpha), _mm512_add_ps(sum0, sum1));
+  _mm512_mask_storeu_ps(l, live, l_new);
+  _mm512_mask_storeu_ps(m, live, m_new);
+  // Rows whose maximum moved rescale their accumulator (alpha != 1, NaN included).
+  if (!acc_live) return;
+  alignas(64) float av[16];
+  _mm512_store_ps(av, alpha);
+  RescaleMoved(_mm512_mask_cmp_ps_mask(live, alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ), av, acc,
+               lda, ldv);
 }
 
 // Per token q of a multi-token item, bit n: column c0 + n (n < nk) is in the token's list.
@@ -188,24 +329,25 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
     out.l[r] = 0.f;
   }
 
-  // Scratch (EngineScratch::step, allocated for sparse problems by ScratchBuffer): the packed K
-  // tile [D/2][TN] pairs, the packed V of a step [kStepTiles * TN / 2][ldvp] pairs and the
-  // step's scores [rows][lds] (P as bf16 over the first half of each fp32 score row); sc.q the
-  // bf16 query rows, one cache line longer than D when D is a multiple of 256 channels (rows a
-  // multiple of 512 bytes apart fall into a few L1 sets: the Q tiles of a channel group would
-  // evict each other).
-  // Every buffer starts on a cache line: a tile row that straddles two lines costs two loads.
+  // Scratch (EngineScratch::step, sized for sparse problems by ScratchBuffer): the buffers of
+  // SasStepLayout (the tile's key rows, the transposed query pairs, the step's packed V, key-major
+  // scores and query-major P); sc.q the bf16 query rows, one cache line longer than D when D is a
+  // multiple of 256 channels.
+  constexpr int64_t TS = kStepTiles * TN;
+  static_assert(TS <= 256, "the P rows below hold up to 256 keys per step");
+  const SasStepLayout lay = SasStepLayoutFor(D, Dv, rows);
+  char* base = reinterpret_cast<char*>(sc.step);
+  base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
+  uint16_t* kc = reinterpret_cast<uint16_t*>(base + lay.kc);
+  uint32_t* qt = reinterpret_cast<uint32_t*>(base + lay.qt);
+  uint32_t* vp = reinterpret_cast<uint32_t*>(base + lay.vp);
+  float* st = reinterpret_cast<float*>(base + lay.st);
+  uint16_t* pb = reinterpret_cast<uint16_t*>(base + lay.pb);
+  const int64_t ldk = lay.ldk, ldqt = lay.ldqt, ldvp = lay.ldvp, ldst = lay.ldst, ldp = lay.ldp;
+  const int64_t ldq = D % 256 == 0 ? D + 32 : D;
   const auto line = [](void* x) {
     return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(x) + 63) & ~uintptr_t{63});
   };
-  constexpr int64_t TS = kStepTiles * TN;
-  static_assert(TS <= 256, "the softmax below takes up to 256 keys per step");
-  uint32_t* kp = static_cast<uint32_t*>(line(sc.step));
-  const int64_t ldvp = Dv % 256 == 0 ? Dv + 16 : Dv;
-  uint32_t* vp = kp + D / 2 * TN;
-  float* ss = reinterpret_cast<float*>(vp + kStepTiles * (TN / 2) * ldvp);
-  const int64_t lds = TS % 256 == 0 ? TS + 16 : TS, ldp = 2 * lds;
-  const int64_t ldq = D % 256 == 0 ? D + 32 : D;
   uint16_t* qb = static_cast<uint16_t*>(line(sc.q));
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
@@ -217,6 +359,7 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       for (int64_t d = 0; d < D; ++d) dst[d] = src[DOff(p.q, d)];
     }
   }
+  PackQueryPairsT(qb, ldq, rows, D, qt, ldqt);
 
   // Rows of tile i in ring[i % kAhead1]: tile i + kAhead is resolved (and its rows touched: the
   // page walks of random rows overlap) while tile i is packed, and prefetched row by row.
@@ -247,6 +390,13 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
   // Padded keys and masked cells: a score whose product with `scale` is -inf.
   const float pad = scale > 0.f ? kNegInf : -kNegInf;
   const __m512 vpad = _mm512_set1_ps(pad);
+  // Multi-token items: lanes[g][q], the lanes of query block g that belong to token q (row r is
+  // token r % nq).
+  __mmask16 lanes[kItemRows / 16][kSasMaxTokens] = {};
+  if (cols.multi) {
+    for (int64_t r = 0; r < rows; ++r)
+      lanes[r / 16][r % nq] |= static_cast<__mmask16>(1u << (r % 16));
+  }
   LoadTileConfig();
   for (int64_t t0 = 0; t0 < cols.n; t0 += TS) {
     const int64_t ntile = std::min<int64_t>(kStepTiles, (cols.n - t0 + TN - 1) / TN);
@@ -256,16 +406,14 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       const int64_t ca = c0 + kAhead * TN, pf_nk = resolve(ca);
       const uint16_t* const* ahead = ring[ca / TN % kAhead1];
       const auto pf = [&](int64_t n) { prefetch_row(ahead[n]); };
-      const bool v_bad = PackKVBf16(ring[c0 / TN % kAhead1], nk, D, kp,
-                                    vp + k * (TN / 2) * ldvp, ldvp, pf, pf_nk);
-      // The score tiles of live keys only (a short last tile: the padding columns are set
-      // below).
-      switch ((nk + 15) / 16) {
-        case 1: ScoreRows<1>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
-        case 2: ScoreRows<2>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
-        case 3: ScoreRows<3>(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
-        default: ScoreRows(qb, ldq, kp, D, rows, ss + k * TN, lds); break;
-      }
+      const bool v_bad = PackKcVBf16(ring[c0 / TN % kAhead1], nk, D, kc, ldk,
+                                     vp + k * (TN / 2) * ldvp, ldvp, pf, pf_nk);
+      // The score rows of live keys (blocks of 16), then padding up to the next 32 keys (the
+      // softmax and P V below read no further).
+      float* sk = st + k * TN * ldst;
+      ScoreTileT(kc, ldk, (nk + 15) / 16, qt, ldqt, rows, D, sk, ldst);
+      for (int64_t n = nk; n < (nk + 31) / 32 * 32; ++n)
+        for (int64_t r0 = 0; r0 < rows; r0 += 16) _mm512_storeu_ps(sk + n * ldst + r0, vpad);
       if (cols.multi) {
         uint64_t vis[kSasMaxTokens];
         bool partial = false;
@@ -275,49 +423,38 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
           partial |= vis[q] != all;
         }
         bad |= v_bad && partial;
-        for (int64_t r = 0; r < rows; ++r) {
-          const uint64_t v = vis[r % nq];
-          if (v == ~uint64_t{0}) continue;
-          float* s = ss + r * lds + k * TN;
-          for (int j = 0; j < TN / 16; ++j)
-            _mm512_mask_storeu_ps(s + 16 * j, static_cast<__mmask16>(~(v >> (16 * j))), vpad);
+        if (!partial) continue;
+        for (int64_t n = 0; n < nk; ++n) {
+          unsigned hidden = 0;  // bit q: token q's list does not hold the key
+          for (int64_t q = 0; q < nq; ++q) hidden |= static_cast<unsigned>(!(vis[q] >> n & 1)) << q;
+          if (hidden == 0) continue;
+          for (int64_t g = 0; g < rows / 16; ++g) {
+            __mmask16 mk = 0;
+            for (unsigned hq = hidden; hq != 0; hq &= hq - 1) mk |= lanes[g][__builtin_ctz(hq)];
+            _mm512_mask_storeu_ps(sk + n * ldst + 16 * g, mk, vpad);
+          }
         }
-      } else if (nk < TN) {
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t n = nk; n < TN; ++n) ss[r * lds + k * TN + n] = pad;
       }
     }
     const bool live = t0 != 0;  // the accumulators hold earlier steps
     const int64_t live_keys = std::min(ntile * TN, cols.n - t0);
+    // Over the live keys rounded up to 32 (the P V below reads no further).
+    const int64_t nks = (live_keys + 31) / 32 * 32;
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-      float* sb = ss + r0 * lds;
       float* a = out.acc + r0 * out.acc_stride;
-      float* m = out.m + r0;
-      float* l = out.l + r0;
       // With `bad` the exact path below reads the accumulators: they must be live.
       const bool al = live || bad;
       if (bad && !live) {
         for (int64_t r = 0; r < 16; ++r) std::memset(a + r * out.acc_stride, 0, Dv * 4);
       }
-      // Over the live keys rounded up to 32 (the P V below reads no further).
-      switch ((live_keys + 31) / 32) {
-        case 1: SoftmaxBlock16N<32>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 2: SoftmaxBlock16N<64>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 3: SoftmaxBlock16N<96>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 4: SoftmaxBlock16N<128>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 5: SoftmaxBlock16N<160>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 6: SoftmaxBlock16N<192>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 7: SoftmaxBlock16N<224>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        default:
-          SoftmaxBlock16N<256>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al);
-          break;
-      }
+      SoftmaxT16(st + r0, ldst, nks, scale, out.m + r0, out.l + r0, a, out.acc_stride, ldv, al,
+                 pb + r0 * ldp, ldp);
     }
     if (bad) {
       // A masked cell (P = 0) must not meet a non-finite value (0 * Inf is NaN): the cells each
       // row's list holds, in fp32 (bf16 P times bf16 V is exact, like the tile product).
       for (int64_t r = 0; r < rows; ++r) {
-        const uint16_t* pr = reinterpret_cast<const uint16_t*>(ss + r * lds);
+        const uint16_t* pr = pb + r * ldp;
         float* a = out.acc + r * out.acc_stride;
         for (int64_t k = 0; k < ntile; ++k) {
           const int64_t c0 = t0 + k * TN, nk = keys_of(c0);
@@ -337,8 +474,7 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
     }
     // Key chunks of 32 past the last live key hold P = 0 and zero V rows only: adding them
     // changes no bit, so P V stops at the last live chunk.
-    PvRows(reinterpret_cast<const uint16_t*>(ss), ldp, vp, ldvp, Dv, (live_keys + 31) / 32, rows,
-           out.acc, out.acc_stride, /*acc_init=*/!live);
+    PvRows(pb, ldp, vp, ldvp, Dv, nks / 32, rows, out.acc, out.acc_stride, /*acc_init=*/!live);
   }
   _tile_release();
 }
