@@ -132,18 +132,21 @@ inline void SasResolve(const Problem& p, const WorkItem& w, const SasColumns& c,
   }
 }
 
-// Copies nk bf16 rows of D channels (D % 32 == 0) into kc (row stride ldk; rows up to the next
-// multiple of 16 zero: their scores are computed, then overwritten) and packs them into the V
-// rows vp ([TN/2][ldvp] key pairs, as PackV; keys up to the next multiple of 32 zero: P V reads
-// them); reads each row once. pf(n) prefetches row n of a later tile: 16 per block of 16 keys.
-// Returns whether some element is not finite (bf16 exponent all ones).
+// For the keys [na, nb) (multiples of 16) of a tile of nk bf16 rows of D channels (D % 32 == 0):
+// copies them into kc (row n - na, stride ldk; rows up to the next multiple of 16 past nk zero:
+// their scores are computed, then overwritten) and packs them into the tile's V rows vp
+// ([TN/2][ldvp] key pairs, as PackV; keys up to the next multiple of 32 zero: P V reads them);
+// reads each row once. pf(n) prefetches row n of a later tile: 16 per block of 16 keys, the rest
+// after the tile's last block. Returns whether some element is not finite (bf16 exponent all
+// ones).
 template <typename Pf>
-inline bool PackKcVBf16(const uint16_t* const* row, int64_t nk, int64_t D, uint16_t* kc,
-                        int64_t ldk, uint32_t* vp, int64_t ldvp, const Pf& pf, int64_t pf_nk) {
+inline bool PackKcVBf16(const uint16_t* const* row, int64_t nk, int64_t D, int64_t na,
+                        int64_t nb, uint16_t* kc, int64_t ldk, uint32_t* vp, int64_t ldvp,
+                        const Pf& pf, int64_t pf_nk) {
   const __m512i e = _mm512_set1_epi16(0x7F80);
   __mmask32 bad = 0;
   const int64_t nv = (nk + 31) / 32 * 32;
-  for (int64_t n0 = 0; n0 < nv; n0 += 16) {
+  for (int64_t n0 = na; n0 < nb; n0 += 16) {
     for (int64_t n = n0; n < std::min(n0 + 16, pf_nk); ++n) pf(n);
     const int live = static_cast<int>(std::clamp<int64_t>(nk - n0, 0, 16));
     for (int64_t c = 0; c < D; c += 32) {
@@ -151,14 +154,20 @@ inline bool PackKcVBf16(const uint16_t* const* row, int64_t nk, int64_t D, uint1
       for (int i = 0; i < 16; ++i) {
         x[i] = i < live ? _mm512_loadu_si512(row[n0 + i] + c) : _mm512_setzero_si512();
         bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x[i], e), e);
-        if (live > 0) _mm512_storeu_si512(kc + (n0 + i) * ldk + c, x[i]);
+        if (live > 0) _mm512_storeu_si512(kc + (n0 - na + i) * ldk + c, x[i]);
       }
       StoreVBlock16(x, n0, c, vp, ldvp);
     }
   }
-  for (int64_t n = nv; n < pf_nk; ++n) pf(n);
+  if (nb == nv)
+    for (int64_t n = nv; n < pf_nk; ++n) pf(n);
   return bad != 0;
 }
+
+// Keys copied, then scored, at a time: their copy (34 KiB) stays in L1 from its stores to its
+// tile loads. A whole 64-key tile's copy did not (every store took a line from L2): V1 1.14-1.24x
+// with 32 keys, 16 no faster; V2 1.06x (one thread, cold, separate processes).
+constexpr int64_t kSasKcKeys = 32;
 
 // qt[j][r] = the channel pair (q[r][2j], q[r][2j + 1]) of bf16 query rows q (stride ldq), for
 // `rows` rows (a multiple of 16) and D channels (a multiple of 32): the B operand of S^T = K Q^T.
@@ -406,12 +415,18 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       const int64_t ca = c0 + kAhead * TN, pf_nk = resolve(ca);
       const uint16_t* const* ahead = ring[ca / TN % kAhead1];
       const auto pf = [&](int64_t n) { prefetch_row(ahead[n]); };
-      const bool v_bad = PackKcVBf16(ring[c0 / TN % kAhead1], nk, D, kc, ldk,
-                                     vp + k * (TN / 2) * ldvp, ldvp, pf, pf_nk);
+      bool v_bad = false;
+      float* sk = st + k * TN * ldst;
+      const int64_t nv = (nk + 31) / 32 * 32, nkb = (nk + 15) / 16;
+      for (int64_t h = 0; h < nv; h += kSasKcKeys) {
+        const int64_t he = std::min(nv, h + kSasKcKeys);
+        v_bad |= PackKcVBf16(ring[c0 / TN % kAhead1], nk, D, h, he, kc, ldk,
+                             vp + k * (TN / 2) * ldvp, ldvp, pf, pf_nk);
+        const int64_t kb1 = std::min(he / 16, nkb);
+        if (kb1 > h / 16) ScoreTileT(kc, ldk, kb1 - h / 16, qt, ldqt, rows, D, sk + h * ldst, ldst);
+      }
       // The score rows of live keys (blocks of 16), then padding up to the next 32 keys (the
       // softmax and P V below read no further).
-      float* sk = st + k * TN * ldst;
-      ScoreTileT(kc, ldk, (nk + 15) / 16, qt, ldqt, rows, D, sk, ldst);
       for (int64_t n = nk; n < (nk + 31) / 32 * 32; ++n)
         for (int64_t r0 = 0; r0 < rows; r0 += 16) _mm512_storeu_ps(sk + n * ldst + r0, vpad);
       if (cols.multi) {
