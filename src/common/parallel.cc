@@ -2,6 +2,7 @@
 // changes; the calling thread is worker 0 and the pool threads are workers 1..n-1.
 #include "common/parallel.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -133,7 +134,7 @@ Pool& GetPool() {
 
 }  // namespace
 
-int NumWorkers() { return GetNumThreads() < 1 ? 1 : GetNumThreads(); }
+int NumWorkers() { return std::max(1, GetNumThreads()); }
 
 void ParallelFor(int64_t n, const std::function<void(int64_t, int)>& fn) {
   if (n <= 0) return;

@@ -250,6 +250,19 @@ ThreadScratch& LocalScratch() {
   return t;
 }
 
+// The split workspace, kept by the calling thread from one call to the next (grown, never
+// shrunk): a fresh one per call took page faults on its first writes, in the workers (V3, a
+// 2-chunk SparseAttnSharedkv decode: 270 KB, 66 fresh pages per call). Not cleared (Uninit).
+struct SplitSpace {
+  std::unique_ptr<float[]> buf;
+  int64_t size = 0;
+  bool busy = false;  // held by a runner of this thread (a nested call makes its own)
+};
+SplitSpace& LocalSplitSpace() {
+  thread_local SplitSpace s;
+  return s;
+}
+
 // What the items of one RunEngine / RunSchedule call share: kernels, per-worker scratch (made on
 // first use by that worker) and the split workspace.
 class ItemRunner {
@@ -258,12 +271,36 @@ class ItemRunner {
       : p_(p), k_(ActiveKernels()), wide_(WideRows()), dv_pad_(AccStride(p.d_v)),
         max_rows_(MaxItemRows(p)),
         scratch_(NumWorkers(), nullptr), states_(NumWorkers(), nullptr),
-        own_scratch_(NumWorkers()), own_states_(NumWorkers()), split_m_(Uninit(state_rows)),
-        split_l_(Uninit(state_rows)), split_acc_(Uninit(state_rows * dv_pad_)) {}
+        own_scratch_(NumWorkers()), own_states_(NumWorkers()) {
+    // Accumulators first, on a cache line (16 floats of slack), then the maxima and the sums.
+    const int64_t n = state_rows > 0 ? state_rows * (2 + dv_pad_) + 16 : 0;
+    float* f = nullptr;
+    if (n > 0) {
+      SplitSpace& k = LocalSplitSpace();
+      if (!k.busy) {
+        if (k.size < n) {
+          k.buf = Uninit(n);
+          k.size = n;
+        }
+        k.busy = true;
+        split_kept_ = &k;
+        f = k.buf.get();
+      } else {
+        own_split_ = Uninit(n);
+        f = own_split_.get();
+      }
+    }
+    if (f) {
+      split_acc_ = f + (16 - reinterpret_cast<uintptr_t>(f) / 4 % 16) % 16;
+      split_m_ = split_acc_ + state_rows * dv_pad_;
+      split_l_ = split_m_ + state_rows;
+    }
+  }
 
-  // Gives back the kept per-thread scratch this runner held.
+  // Gives back the kept per-thread scratch and split workspace this runner held.
   ~ItemRunner() {
     for (ThreadScratch* t : held_) t->busy = false;
+    if (split_kept_) split_kept_->busy = false;
   }
 
   // Attends item w on `worker`; an unsplit item's rows are finished (epilogue), a split item's
@@ -300,8 +337,7 @@ class ItemRunner {
     const int64_t rows = w.rows(), nq = w.i1 - w.i0;
     RowStates rs;
     if (w.n_split > 1) {
-      rs = {split_m_.get() + w.state0, split_l_.get() + w.state0,
-            split_acc_.get() + w.state0 * dv_pad_, dv_pad_};
+      rs = {split_m_ + w.state0, split_l_ + w.state0, split_acc_ + w.state0 * dv_pad_, dv_pad_};
     } else {
       float* st = states_[worker];
       rs = {st, st + max_rows_, st + 2 * max_rows_, dv_pad_};
@@ -336,7 +372,7 @@ class ItemRunner {
           if (split_m_[sr] == -std::numeric_limits<float>::infinity()) continue;
           const float ws = std::exp(split_m_[sr] - st.m);
           st.l += ws * split_l_[sr];
-          const float* src = split_acc_.get() + sr * dv_pad_;
+          const float* src = split_acc_ + sr * dv_pad_;
           float* dst = acc.data();
 #if defined(OPENFIA_ENGINE_AVX512)
           if (wide_) {
@@ -351,9 +387,9 @@ class ItemRunner {
     }
   }
 
-  const float* split_m() const { return split_m_.get(); }
-  const float* split_l() const { return split_l_.get(); }
-  const float* split_acc() const { return split_acc_.get(); }
+  const float* split_m() const { return split_m_; }
+  const float* split_l() const { return split_l_; }
+  const float* split_acc() const { return split_acc_; }
   int64_t dv_pad() const { return dv_pad_; }
 
  private:
@@ -368,7 +404,11 @@ class ItemRunner {
   std::vector<std::vector<float>> own_states_;
   std::mutex held_mu_;
   std::vector<ThreadScratch*> held_;  // kept scratch this runner holds (released at the end)
-  std::unique_ptr<float[]> split_m_, split_l_, split_acc_;
+  SplitSpace* split_kept_ = nullptr;   // the calling thread's kept split workspace, or
+  std::unique_ptr<float[]> own_split_;  // this runner's own (a nested call)
+  float* split_m_ = nullptr;  // [state_rows] partial maxima of split items' rows
+  float* split_l_ = nullptr;  // [state_rows] partial sums
+  float* split_acc_ = nullptr;  // [state_rows][dv_pad] partial accumulators
 };
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
