@@ -169,14 +169,14 @@ inline bool PackKcVBf16(const uint16_t* const* row, int64_t nk, int64_t D, int64
 // with 32 keys, 16 no faster; V2 1.06x (one thread, cold, separate processes).
 constexpr int64_t kSasKcKeys = 32;
 
-// qt[j][r] = the channel pair (q[r][2j], q[r][2j + 1]) of bf16 query rows q (stride ldq), for
-// `rows` rows (a multiple of 16) and D channels (a multiple of 32): the B operand of S^T = K Q^T.
-inline void PackQueryPairsT(const uint16_t* q, int64_t ldq, int64_t rows, int64_t D,
-                            uint32_t* qt, int64_t ldqt) {
+// qt[j][r] = the channel pair (q[r][2j], q[r][2j + 1]) of the bf16 query rows q[r], for `rows`
+// rows (a multiple of 16) and D channels (a multiple of 32): the B operand of S^T = K Q^T.
+inline void PackQueryPairsT(const uint16_t* const* q, int64_t rows, int64_t D, uint32_t* qt,
+                            int64_t ldqt) {
   for (int64_t r0 = 0; r0 < rows; r0 += 16) {
     for (int64_t c = 0; c < D; c += 32) {
       __m512 f[16];
-      for (int i = 0; i < 16; ++i) f[i] = _mm512_loadu_ps(q + (r0 + i) * ldq + c);
+      for (int i = 0; i < 16; ++i) f[i] = _mm512_loadu_ps(q[r0 + i] + c);
       V::Transpose(f);
       for (int j = 0; j < 16; ++j) _mm512_storeu_ps(qt + (c / 2 + j) * ldqt + r0, f[j]);
     }
@@ -340,8 +340,8 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
 
   // Scratch (EngineScratch::step, sized for sparse problems by ScratchBuffer): the buffers of
   // SasStepLayout (the tile's key rows, the transposed query pairs, the step's packed V, key-major
-  // scores and query-major P); sc.q the bf16 query rows, one cache line longer than D when D is a
-  // multiple of 256 channels.
+  // scores and query-major P); sc.q the bf16 query rows where they must be gathered (below), one
+  // cache line longer than D when D is a multiple of 256 channels.
   constexpr int64_t TS = kStepTiles * TN;
   static_assert(TS <= 256, "the P rows below hold up to 256 keys per step");
   const SasStepLayout lay = SasStepLayoutFor(D, Dv, rows);
@@ -357,18 +357,22 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
   const auto line = [](void* x) {
     return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(x) + 63) & ~uintptr_t{63});
   };
+  // The query rows are read where they are when their channels are contiguous (a copy would be
+  // one more buffer to bring in from memory on a cold call), else gathered into sc.q first.
   uint16_t* qb = static_cast<uint16_t*>(line(sc.q));
+  const uint16_t* qrow[kItemRows];
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
     const uint16_t* src = static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
-    uint16_t* dst = qb + r * ldq;
     if (p.q.sd == 1 && p.q.d_split == 0) {
-      std::memcpy(dst, src, D * 2);
+      qrow[r] = src;
     } else {
+      uint16_t* dst = qb + r * ldq;
       for (int64_t d = 0; d < D; ++d) dst[d] = src[DOff(p.q, d)];
+      qrow[r] = dst;
     }
   }
-  PackQueryPairsT(qb, ldq, rows, D, qt, ldqt);
+  PackQueryPairsT(qrow, rows, D, qt, ldqt);
 
   // Rows of tile i in ring[i % kAhead1]: tile i + kAhead is resolved (and its rows touched: the
   // page walks of random rows overlap) while tile i is packed, and prefetched row by row.
