@@ -357,23 +357,6 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
   const auto line = [](void* x) {
     return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(x) + 63) & ~uintptr_t{63});
   };
-  // The query rows are read where they are when their channels are contiguous (a copy would be
-  // one more buffer to bring in from memory on a cold call), else gathered into sc.q first.
-  uint16_t* qb = static_cast<uint16_t*>(line(sc.q));
-  const uint16_t* qrow[kItemRows];
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
-    const uint16_t* src = static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
-    if (p.q.sd == 1 && p.q.d_split == 0) {
-      qrow[r] = src;
-    } else {
-      uint16_t* dst = qb + r * ldq;
-      for (int64_t d = 0; d < D; ++d) dst[d] = src[DOff(p.q, d)];
-      qrow[r] = dst;
-    }
-  }
-  PackQueryPairsT(qrow, rows, D, qt, ldqt);
-
   // Rows of tile i in ring[i % kAhead1]: tile i + kAhead is resolved (and its rows touched: the
   // page walks of random rows overlap) while tile i is packed, and prefetched row by row.
   constexpr int64_t kAhead = 2, kAhead1 = kAhead + 1;
@@ -395,10 +378,28 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
     const char* a = reinterpret_cast<const char*>(r);
     for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(a + o);
   };
+  // The first tiles' rows are on their way while the query rows are transposed.
   for (int64_t i = 0; i < kAhead; ++i) {
     const int64_t nk = resolve(i * TN);
     for (int64_t n = 0; n < nk; ++n) prefetch_row(ring[i % kAhead1][n]);
   }
+
+  // The query rows are read where they are when their channels are contiguous (a copy would be
+  // one more buffer to bring in from memory on a cold call), else gathered into sc.q first.
+  uint16_t* qb = static_cast<uint16_t*>(line(sc.q));
+  const uint16_t* qrow[kItemRows];
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+    const uint16_t* src = static_cast<const uint16_t*>(p.q.Base(b)) + p.q.Offset(b, h, row, 0);
+    if (p.q.sd == 1 && p.q.d_split == 0) {
+      qrow[r] = src;
+    } else {
+      uint16_t* dst = qb + r * ldq;
+      for (int64_t d = 0; d < D; ++d) dst[d] = src[DOff(p.q, d)];
+      qrow[r] = dst;
+    }
+  }
+  PackQueryPairsT(qrow, rows, D, qt, ldqt);
 
   // Padded keys and masked cells: a score whose product with `scale` is -inf.
   const float pad = scale > 0.f ? kNegInf : -kNegInf;
