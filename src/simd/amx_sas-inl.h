@@ -133,28 +133,40 @@ inline void SasResolve(const Problem& p, const WorkItem& w, const SasColumns& c,
 }
 
 // For the keys [na, nb) (multiples of 16) of a tile of nk bf16 rows of D channels (D % 32 == 0):
-// copies them into kc (row n - na, stride ldk; rows up to the next multiple of 16 past nk zero:
-// their scores are computed, then overwritten) and packs them into the tile's V rows vp
+// sets the A operand of each block of 16 keys b ((n - na) / 16): ka[b] and its row stride kld[b]
+// in elements, the rows themselves when they are equally far apart, else their copy in kc (row
+// n - na, stride ldk; rows up to the next multiple of 16 past nk zero: their scores are computed,
+// then overwritten) and packs them into the tile's V rows vp
 // ([TN/2][ldvp] key pairs, as PackV; keys up to the next multiple of 32 zero: P V reads them);
 // reads each row once. pf(n) prefetches row n of a later tile: 16 per block of 16 keys, the rest
 // after the tile's last block. Returns whether some element is not finite (bf16 exponent all
 // ones).
 template <typename Pf>
 inline bool PackKcVBf16(const uint16_t* const* row, int64_t nk, int64_t D, int64_t na,
-                        int64_t nb, uint16_t* kc, int64_t ldk, uint32_t* vp, int64_t ldvp,
-                        const Pf& pf, int64_t pf_nk) {
+                        int64_t nb, uint16_t* kc, int64_t ldk, const uint16_t** ka,
+                        int64_t* kld, uint32_t* vp, int64_t ldvp, const Pf& pf, int64_t pf_nk) {
   const __m512i e = _mm512_set1_epi16(0x7F80);
   __mmask32 bad = 0;
   const int64_t nv = (nk + 31) / 32 * 32;
   for (int64_t n0 = na; n0 < nb; n0 += 16) {
     for (int64_t n = n0; n < std::min(n0 + 16, pf_nk); ++n) pf(n);
     const int live = static_cast<int>(std::clamp<int64_t>(nk - n0, 0, 16));
+    // 16 live rows equally far apart (a run of one cache page: window tokens, consecutive
+    // compressed entries) are the A operand where they are; others are copied.
+    const auto at = [&](int i) { return reinterpret_cast<uintptr_t>(row[n0 + i]); };
+    bool run = live == 16 && at(1) > at(0) && (at(1) - at(0)) % 2 == 0;
+    const uintptr_t step = run ? at(1) - at(0) : 0;  // bytes
+    for (int i = 2; i < 16 && run; ++i) run = at(i) - at(i - 1) == step;
+    const int64_t b = (n0 - na) / 16;
+    ka[b] = run ? row[n0] : kc + (n0 - na) * ldk;
+    kld[b] = run ? static_cast<int64_t>(step / 2) : ldk;
+    const bool copy = live > 0 && !run;
     for (int64_t c = 0; c < D; c += 32) {
       __m512i x[16];
       for (int i = 0; i < 16; ++i) {
         x[i] = i < live ? _mm512_loadu_si512(row[n0 + i] + c) : _mm512_setzero_si512();
         bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x[i], e), e);
-        if (live > 0) _mm512_storeu_si512(kc + (n0 - na + i) * ldk + c, x[i]);
+        if (copy) _mm512_storeu_si512(kc + (n0 - na + i) * ldk + c, x[i]);
       }
       StoreVBlock16(x, n0, c, vp, ldvp);
     }
@@ -184,11 +196,11 @@ inline void PackQueryPairsT(const uint16_t* const* q, int64_t rows, int64_t D, u
 }
 
 // S^T = K Q^T for one block of 16 (TK: 32) keys x 16 (TQ: 32) query rows over D channels: K rows
-// at k (stride ldk), query pairs at q (PackQueryPairsT, stride ldqt); scores key-major at s
+// at k (stride ldk elements; with TK, the next 16 at k1, stride ldk1), query pairs at q (PackQueryPairsT, stride ldqt); scores key-major at s
 // (stride ldst floats). Channel chunks are summed in ascending order into one accumulator.
 template <bool TK, bool TQ>
-inline void ScoreBlockT(const uint16_t* k, int64_t ldk, const uint32_t* q, int64_t ldqt,
-                        int64_t D, float* s, int64_t ldst) {
+inline void ScoreBlockT(const uint16_t* k, int64_t ldk, const uint16_t* k1, int64_t ldk1,
+                        const uint32_t* q, int64_t ldqt, int64_t D, float* s, int64_t ldst) {
   CompilerFence();
   _tile_zero(0);
   if constexpr (TQ) _tile_zero(1);
@@ -204,7 +216,7 @@ inline void ScoreBlockT(const uint16_t* k, int64_t ldk, const uint32_t* q, int64
       _tile_dpbf16ps(1, 4, 7);
     }
     if constexpr (TK) {
-      _tile_loadd(5, k + 16 * ldk + d0, ldk * 2);
+      _tile_loadd(5, k1 + d0, ldk1 * 2);
       _tile_dpbf16ps(2, 5, 6);
       if constexpr (TQ) _tile_dpbf16ps(3, 5, 7);
     }
@@ -218,23 +230,27 @@ inline void ScoreBlockT(const uint16_t* k, int64_t ldk, const uint32_t* q, int64
 
 // S^T for nkb blocks of 16 keys and `rows` query rows (a multiple of 16), in 2 x 2 blocks: each
 // K tile and each query tile feeds two products.
-inline void ScoreTileT(const uint16_t* kc, int64_t ldk, int64_t nkb, const uint32_t* qt,
-                       int64_t ldqt, int64_t rows, int64_t D, float* st, int64_t ldst) {
+inline void ScoreTileT(const uint16_t* const* ka, const int64_t* kld, int64_t nkb,
+                       const uint32_t* qt, int64_t ldqt, int64_t rows, int64_t D, float* st,
+                       int64_t ldst) {
   for (int64_t kb = 0; kb < nkb; kb += 2) {
     const bool tk = kb + 1 < nkb;
-    const uint16_t* k = kc + kb * 16 * ldk;
+    const uint16_t* k = ka[kb];
+    const int64_t ldk = kld[kb];
+    const uint16_t* k1 = tk ? ka[kb + 1] : k;
+    const int64_t ldk1 = tk ? kld[kb + 1] : ldk;
     for (int64_t r0 = 0; r0 < rows; r0 += 32) {
       const bool tq = r0 + 16 < rows;
       const uint32_t* q = qt + r0;
       float* s = st + kb * 16 * ldst + r0;
       if (tk && tq) {
-        ScoreBlockT<true, true>(k, ldk, q, ldqt, D, s, ldst);
+        ScoreBlockT<true, true>(k, ldk, k1, ldk1, q, ldqt, D, s, ldst);
       } else if (tk) {
-        ScoreBlockT<true, false>(k, ldk, q, ldqt, D, s, ldst);
+        ScoreBlockT<true, false>(k, ldk, k1, ldk1, q, ldqt, D, s, ldst);
       } else if (tq) {
-        ScoreBlockT<false, true>(k, ldk, q, ldqt, D, s, ldst);
+        ScoreBlockT<false, true>(k, ldk, k1, ldk1, q, ldqt, D, s, ldst);
       } else {
-        ScoreBlockT<false, false>(k, ldk, q, ldqt, D, s, ldst);
+        ScoreBlockT<false, false>(k, ldk, k1, ldk1, q, ldqt, D, s, ldst);
       }
     }
   }
@@ -425,10 +441,13 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       const int64_t nv = (nk + 31) / 32 * 32, nkb = (nk + 15) / 16;
       for (int64_t h = 0; h < nv; h += kSasKcKeys) {
         const int64_t he = std::min(nv, h + kSasKcKeys);
-        v_bad |= PackKcVBf16(ring[c0 / TN % kAhead1], nk, D, h, he, kc, ldk,
+        const uint16_t* ka[kSasKcKeys / 16];
+        int64_t kld[kSasKcKeys / 16];
+        v_bad |= PackKcVBf16(ring[c0 / TN % kAhead1], nk, D, h, he, kc, ldk, ka, kld,
                              vp + k * (TN / 2) * ldvp, ldvp, pf, pf_nk);
         const int64_t kb1 = std::min(he / 16, nkb);
-        if (kb1 > h / 16) ScoreTileT(kc, ldk, kb1 - h / 16, qt, ldqt, rows, D, sk + h * ldst, ldst);
+        if (kb1 > h / 16)
+          ScoreTileT(ka, kld, kb1 - h / 16, qt, ldqt, rows, D, sk + h * ldst, ldst);
       }
       // The score rows of live keys (blocks of 16), then padding up to the next 32 keys (the
       // softmax and P V below read no further).
