@@ -273,15 +273,9 @@ inline void SoftmaxT16(const float* s, int64_t ldst, int64_t nk, float scale, fl
     vm0 = _mm512_max_ps(vm0, _mm512_mul_ps(_mm512_loadu_ps(s + k * ldst), vscale));
     vm1 = _mm512_max_ps(vm1, _mm512_mul_ps(_mm512_loadu_ps(s + (k + 1) * ldst), vscale));
   }
-  const __m512 m_old = _mm512_loadu_ps(m);
-  // std::max(m_old, max) keeps m_old when the maximum is NaN; so does max_ps(max, m_old).
-  const __m512 m_new = _mm512_max_ps(_mm512_max_ps(vm0, vm1), m_old);
-  const __mmask16 dead = _mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ);  // nothing visible yet
-  const __mmask16 fresh = _mm512_cmp_ps_mask(m_old, ninf, _CMP_EQ_OQ);
-  const __mmask16 live = static_cast<__mmask16>(~dead);
-  // alpha = exp(m_old - m_new), 0 for a row without history (exp(0) is exactly 1).
-  const __m512 alpha = _mm512_maskz_mov_ps(
-      static_cast<__mmask16>(~fresh), V::Exp(_mm512_sub_ps(m_old, m_new)));
+  const Softmax16State st = Softmax16Begin(_mm512_max_ps(vm0, vm1), m);
+  const __mmask16 live = static_cast<__mmask16>(~st.dead);
+  const __m512 m_new = st.m_new;
   alignas(64) static constexpr uint16_t kPairs[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
                                                       21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
                                                       11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -306,16 +300,7 @@ inline void SoftmaxT16(const float* s, int64_t ldst, int64_t nk, float scale, fl
     V::Transpose(z);
     for (int r = 0; r < 16; ++r) _mm512_storeu_ps(p + r * ldp + c, z[r]);
   }
-  const __m512 l_old = _mm512_loadu_ps(l);
-  const __m512 l_new = _mm512_add_ps(_mm512_mul_ps(l_old, alpha), _mm512_add_ps(sum0, sum1));
-  _mm512_mask_storeu_ps(l, live, l_new);
-  _mm512_mask_storeu_ps(m, live, m_new);
-  // Rows whose maximum moved rescale their accumulator (alpha != 1, NaN included).
-  if (!acc_live) return;
-  alignas(64) float av[16];
-  _mm512_store_ps(av, alpha);
-  RescaleMoved(_mm512_mask_cmp_ps_mask(live, alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ), av, acc,
-               lda, ldv);
+  Softmax16End(st, _mm512_add_ps(sum0, sum1), m, l, acc, lda, ldv, acc_live);
 }
 
 // Per token q of a multi-token item, bit n: column c0 + n (n < nk) is in the token's list.

@@ -304,6 +304,42 @@ inline void RescaleMoved(unsigned moved, const float* alpha, float* acc, int64_t
   }
 }
 
+// The row-state update of a 16-row softmax step (SoftmaxBlock16N, amx_sas-inl.h SoftmaxT16), in
+// two halves around the exponentials. Begin: from the step's row maxima `max` (scaled scores),
+// m_new = max(m_old, max) (a NaN maximum keeps m_old, as std::max(m_old, max) does), the rows
+// with nothing visible yet (`dead`: P = 0, state unchanged) and alpha = exp(m_old - m_new) (0 for
+// a row without history; exp(0) is exactly 1).
+struct Softmax16State {
+  __m512 m_new, alpha;
+  __mmask16 dead;
+};
+inline Softmax16State Softmax16Begin(__m512 max, const float* m) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 m_old = _mm512_loadu_ps(m);
+  Softmax16State st;
+  st.m_new = _mm512_max_ps(max, m_old);
+  st.dead = _mm512_cmp_ps_mask(st.m_new, ninf, _CMP_EQ_OQ);
+  const __mmask16 fresh = _mm512_cmp_ps_mask(m_old, ninf, _CMP_EQ_OQ);
+  st.alpha = _mm512_maskz_mov_ps(static_cast<__mmask16>(~fresh),
+                                 V::Exp(_mm512_sub_ps(m_old, st.m_new)));
+  return st;
+}
+// End: l = l * alpha + sum and m = m_new for the live rows, and acc *= alpha for the rows whose
+// maximum moved (alpha != 1, NaN included) unless acc_live is false (the accumulators are not
+// written yet: the caller's P V initializes them; only valid when every row is fresh).
+inline void Softmax16End(const Softmax16State& st, __m512 sum, float* m, float* l, float* acc,
+                         int64_t lda, int64_t ldv, bool acc_live) {
+  const __mmask16 live = static_cast<__mmask16>(~st.dead);
+  const __m512 l_new = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(l), st.alpha), sum);
+  _mm512_mask_storeu_ps(l, live, l_new);
+  _mm512_mask_storeu_ps(m, live, st.m_new);
+  if (!acc_live) return;
+  alignas(64) float av[16];
+  _mm512_store_ps(av, st.alpha);
+  RescaleMoved(_mm512_mask_cmp_ps_mask(live, st.alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ), av,
+               acc, lda, ldv);
+}
+
 // The softmax of 16 rows over NK keys, all visible (a plain tile, or NK / 64 plain tiles taken as
 // one step), no pse: the same operations as the row-by-row path (scale, max, exp(s - m), bf16 P,
 // l = l * alpha + sum, acc *= alpha), but the row maxima and sums are reduced across the 16 rows
@@ -326,16 +362,9 @@ inline void SoftmaxBlock16N(float* s, int64_t lds, float scale, float* m, float*
     _mm512_store_ps(part[r], vm);
   }
   const auto vmax = [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); };
-  const __m512 m_old = _mm512_loadu_ps(m);
-  // std::max(m_old, max) keeps m_old when the maximum is NaN; so does max_ps(max, m_old).
-  const __m512 m_new = _mm512_max_ps(ReduceRows16(part, vmax), m_old);
-  const __m512 ninf = _mm512_set1_ps(kNegInf);
-  const __mmask16 dead = _mm512_cmp_ps_mask(m_new, ninf, _CMP_EQ_OQ);  // nothing visible yet
-  const __mmask16 fresh = _mm512_cmp_ps_mask(m_old, ninf, _CMP_EQ_OQ);
-  // alpha = exp(m_old - m_new), 0 for a row without history (exp(0) is exactly 1).
-  const __m512 alpha = _mm512_maskz_mov_ps(
-      static_cast<__mmask16>(~fresh), V::Exp(_mm512_sub_ps(m_old, m_new)));
-  _mm512_store_ps(mrow, m_new);
+  const Softmax16State st = Softmax16Begin(ReduceRows16(part, vmax), m);
+  const __mmask16 dead = st.dead;
+  _mm512_store_ps(mrow, st.m_new);
   for (int r = 0; r < 16; ++r) {
     float* sr = s + r * lds;
     uint16_t* pr = reinterpret_cast<uint16_t*>(sr);
@@ -359,17 +388,7 @@ inline void SoftmaxBlock16N(float* s, int64_t lds, float scale, float* m, float*
     _mm512_store_ps(part[r], vsum);
   }
   const auto vadd = [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); };
-  const __m512 l_old = _mm512_loadu_ps(l);
-  const __m512 l_new = _mm512_add_ps(_mm512_mul_ps(l_old, alpha), ReduceRows16(part, vadd));
-  const __mmask16 live = static_cast<__mmask16>(~dead);
-  _mm512_mask_storeu_ps(l, live, l_new);
-  _mm512_mask_storeu_ps(m, live, m_new);
-  // Rows whose maximum moved rescale their accumulator (alpha != 1, NaN included).
-  if (!acc_live) return;
-  alignas(64) float av[16];
-  _mm512_store_ps(av, alpha);
-  RescaleMoved(_mm512_mask_cmp_ps_mask(live, alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ), av, acc,
-               lda, ldv);
+  Softmax16End(st, ReduceRows16(part, vadd), m, l, acc, lda, ldv, acc_live);
 }
 
 inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc, int64_t lda,
