@@ -171,12 +171,9 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   if (p.k.dequant.kind == Dequant::Kind::kPerTile || !p.key_offset.empty()) {
     // Written before it is read (never relies on zeros): no clearing pass.
     const int64_t d_pack = p.d_qk + (p.d_rope + 31) / 32 * 32;
-    int64_t n = kStepTiles * (d_pack / 2 * kTileKeys) + kTileKeys * s.dk / 2 +
+    const int64_t n = kStepTiles * (d_pack / 2 * kTileKeys) + kTileKeys * s.dk / 2 +
                       kStepTiles * (kTileKeys / 2) * (s.dv_pad + 16) +
                       rows * (kStepTiles * kTileKeys + 16) + 64;
-    const int64_t n_sas =
-        SasStepLayoutFor(p.d_qk, s.dv_pad, std::min(rows, kItemRows)).bytes / 4 + 16;
-    n = std::max(n, n_sas);
     step_ = std::make_unique_for_overwrite<float[]>(n + 16);
     s.step = step_.get() + (16 - reinterpret_cast<uintptr_t>(step_.get()) / 4 % 16) % 16;
   }

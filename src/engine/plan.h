@@ -67,39 +67,6 @@ inline WorkItem SparseRowItem(const Problem& p, int64_t b, int64_t i, int64_t hk
 // Keys per softmax step of the per-tile dequant AMX path, in tiles (EngineScratch::step).
 constexpr int64_t kStepTiles = 4;
 
-// The step scratch of the AMX SparseAttnSharedkv path (amx_sas-inl.h), as offsets in bytes from a
-// cache-line aligned base; every buffer starts on a cache line. D channels (K = V), `rows` query
-// rows (a multiple of 16, at most kItemRows), steps of kStepTiles tiles of kTileKeys keys:
-//   kc: the bf16 key rows of one tile, copied contiguous [kTileKeys][ldk] (the A operand of
-//       S^T = K Q^T);
-//   qt: the query rows as pairs of channels, transposed [D / 2][ldqt] (its B operand);
-//   vp: the packed V of a step [kStepTiles * kTileKeys / 2][ldvp] key pairs;
-//   st: the step's scores, key-major [kStepTiles * kTileKeys][ldst] floats;
-//   pb: the step's probabilities, query-major [rows][ldp] bf16 (the A operand of P V).
-// Row strides are one cache line longer than a multiple of 1 KiB (the query-indexed ones always
-// 16 elements longer): 16 tile rows at such a stride would share a few L1 sets.
-struct SasStepLayout {
-  int64_t ldk = 0, ldqt = 0, ldvp = 0, ldst = 0, ldp = 0;  // in elements of each buffer
-  int64_t kc = 0, qt = 0, vp = 0, st = 0, pb = 0, bytes = 0;
-};
-inline SasStepLayout SasStepLayoutFor(int64_t D, int64_t Dv, int64_t rows) {
-  const auto up = [](int64_t x) { return (x + 63) / 64 * 64; };
-  constexpr int64_t TS = kStepTiles * kTileKeys;
-  SasStepLayout l;
-  l.ldk = D % 512 == 0 ? D + 32 : D;
-  l.ldqt = rows + 16;  // (not only for multiples of 64: the size must grow with rows)
-  l.ldvp = Dv % 256 == 0 ? Dv + 16 : Dv;
-  l.ldst = rows + 16;
-  l.ldp = TS % 512 == 0 ? TS + 32 : TS;
-  l.kc = 0;
-  l.qt = up(l.kc + kTileKeys * l.ldk * 2);
-  l.vp = up(l.qt + D / 2 * l.ldqt * 4);
-  l.st = up(l.vp + TS / 2 * l.ldvp * 4);
-  l.pb = up(l.st + TS * l.ldst * 4);
-  l.bytes = up(l.pb + rows * l.ldp * 2);
-  return l;
-}
-
 // The most rows an item of p's plan can have (sizes the scratch and the row states).
 int64_t MaxItemRows(const Problem& p);
 

@@ -216,9 +216,8 @@ inline void DequantRowBf16(const uint8_t* src, const float* scale, int64_t sd, i
 // Stores 16 keys x 32 channels (x[i]: key n0 + i, channels c .. c + 31 as bf16) into the packed
 // V tile (row pairs interleaved, as PackV) and the packed K tile (a 16 x 16 transpose of the
 // channel pairs, as PackK). Shared by the fused int8 dequant below and amx_sas-inl.h.
-// The V half of StoreKvBlock16: 16 keys x 32 channels into the packed V rows (row pairs
-// interleaved, as PackV).
-inline void StoreVBlock16(const __m512i* x, int64_t n0, int64_t c, uint32_t* vp, int64_t ldvp) {
+inline void StoreKvBlock16(const __m512i* x, int64_t n0, int64_t c, uint32_t* kp, uint32_t* vp,
+                           int64_t ldvp) {
   const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
                                       8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
@@ -227,11 +226,6 @@ inline void StoreVBlock16(const __m512i* x, int64_t n0, int64_t c, uint32_t* vp,
     _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(x[2 * j], lo, x[2 * j + 1]));
     _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi16(x[2 * j], hi, x[2 * j + 1]));
   }
-}
-
-inline void StoreKvBlock16(const __m512i* x, int64_t n0, int64_t c, uint32_t* kp, uint32_t* vp,
-                           int64_t ldvp) {
-  StoreVBlock16(x, n0, c, vp, ldvp);
   __m512 f[16];
   for (int i = 0; i < 16; ++i) f[i] = _mm512_castsi512_ps(x[i]);
   V::Transpose(f);
