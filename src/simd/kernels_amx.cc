@@ -304,8 +304,8 @@ inline void RescaleMoved(unsigned moved, const float* alpha, float* acc, int64_t
   }
 }
 
-// The row-state update of a 16-row softmax step (SoftmaxBlock16N, amx_sas-inl.h SoftmaxT16), in
-// two halves around the exponentials. Begin: from the step's row maxima `max` (scaled scores),
+// The row-state update of a 16-row softmax step (SoftmaxBlock16N), in two halves around the
+// exponentials. Begin: from the step's row maxima `max` (scaled scores),
 // m_new = max(m_old, max) (a NaN maximum keeps m_old, as std::max(m_old, max) does), the rows
 // with nothing visible yet (`dead`: P = 0, state unchanged) and alpha = exp(m_old - m_new) (0 for
 // a row without history; exp(0) is exactly 1).
