@@ -28,14 +28,17 @@ __all__ = ["npu_sparse_attn_sharedkv_metadata", "npu_sparse_attn_sharedkv",
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+# No detached alias or contiguous() call for a tensor that needs none: on a cold cache those
+# calls cost ~110 us of a 0.7 ms V3 decode (DLPack cannot export a tensor that requires grad).
 def _index(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    # Index tensors, sinks and metadata are read on the host row by row: pass contiguous copies.
-    return None if t is None else t.detach().contiguous()
+    # Index tensors, sinks and metadata are read on the host row by row: pass contiguous ones.
+    t = _data(t)
+    return t if not isinstance(t, torch.Tensor) or t.is_contiguous() else t.contiguous()
 
 
 def _data(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     # q and the caches may be strided views; the library reads them through their strides.
-    return None if t is None else t.detach()
+    return t.detach() if isinstance(t, torch.Tensor) and t.requires_grad else t
 
 
 def _metadata_kwargs(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv,
@@ -117,33 +120,11 @@ def npu_sparse_attn_sharedkv(
     """Sliding-window + (sparse) compressed attention with sinks; returns (attention_out,
     softmax_lse). softmax_lse is real when return_softmax_lse ([1, T, N1] for TND,
     [B, 1, S1, N1] for BSND), else a one-element 0."""
-    a = locals()
-    # One native call with every tensor as a DLPack capsule (the conversions of _convert in one
-    # pass, without a detached alias or a contiguous() call for tensors that need none: on a
-    # cold cache this layer cost ~110 us of a 0.7 ms V3 decode, half of it in those aliases).
+    # One native call: validation, allocation and compute; tensors as DLPack capsules.
+    kw = _convert(locals())
     tdl = torch.utils.dlpack.to_dlpack
-    kw = {}
-    for k in ("q", "ori_kv", "cmp_kv"):
-        t = a[k]
-        if isinstance(t, torch.Tensor):  # anything else (None, another DLPack object) as is
-            t = tdl(t.detach() if t.requires_grad else t)
-        kw[k] = t
-    for k in _INDEX_ARGS:
-        t = a[k]
-        if isinstance(t, torch.Tensor):
-            if t.requires_grad:
-                t = t.detach()
-            if not t.is_contiguous():
-                t = t.contiguous()
-            t = tdl(t)
-        kw[k] = t
-    kw.update(softmax_scale=None if softmax_scale is None else float(softmax_scale),
-              cmp_ratio=None if cmp_ratio is None else int(cmp_ratio),
-              ori_mask_mode=int(ori_mask_mode), cmp_mask_mode=int(cmp_mask_mode),
-              ori_win_left=int(ori_win_left), ori_win_right=int(ori_win_right),
-              layout_q=layout_q, layout_kv=layout_kv,
-              return_softmax_lse=bool(return_softmax_lse))
-    return tuple(_openfia.sas_call(_alloc, **kw))
+    return tuple(_openfia.sas_call(
+        _alloc, **{k: tdl(v) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}))
 
 
 _INDEX_ARGS = ("ori_sparse_indices", "cmp_sparse_indices", "ori_block_table", "cmp_block_table",
