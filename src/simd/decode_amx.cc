@@ -48,7 +48,14 @@
 #if defined(OPENFIA_HAVE_AMX)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Lambdas taking vector arguments inside templates get this ABI note although they are inlined.
+#pragma GCC diagnostic ignored "-Wpsabi"
 #include <immintrin.h>
+// The target's instructions apply from here on only (not through compiler flags on the whole
+// file): inline functions of the shared headers and std templates included above stay
+// baseline code, so the linker can never hand a baseline caller this file's copy of them.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,amx-tile,amx-bf16,fma,f16c")
 
 namespace openfia::internal::amx_decode {
 
@@ -777,16 +784,18 @@ RunFn Pick(const Problem& p, Kind kk, Kind vk) {
 bool Active() { return AmxKernels() != nullptr && &ActiveKernels() == AmxKernels(); }
 
 }  // namespace openfia::internal::amx_decode
+#pragma GCC pop_options
 
+// Baseline code: the hooks are asked on any CPU and enter the AMX code only when it can run.
 namespace openfia::internal {
 extern "C" bool OpenfiaAmxDecodeCan(const Problem& p, const WorkItem& w) {
   amx_decode::Kind kk, vk;
-  return amx_decode::Can(p, w, &kk, &vk) && AmxKernels() != nullptr;
+  return AmxKernels() != nullptr && amx_decode::Can(p, w, &kk, &vk);
 }
 extern "C" bool OpenfiaAmxDecode(const Problem& p, const WorkItem& w, EngineScratch& sc,
                                  const RowStates& out) {
   amx_decode::Kind kk, vk;
-  if (!amx_decode::Can(p, w, &kk, &vk) || !amx_decode::Active()) return false;
+  if (!amx_decode::Active() || !amx_decode::Can(p, w, &kk, &vk)) return false;
   amx_decode::Pick(p, kk, vk)(p, w, sc, out);
   return true;
 }

@@ -63,8 +63,8 @@ int CapIndex() {
 const KernelTable& ActiveKernels() {
   const int cap = CapIndex();
   for (int t = cap; t > 0; --t) {
-    const KernelTable* k = Table(t);
-    if (k && CpuHas(t)) return *k;
+    if (!CpuHas(t)) continue;  // first: a target's own code runs only on a CPU that has it
+    if (const KernelTable* k = Table(t)) return *k;
   }
   return *ScalarKernels();
 }

@@ -37,7 +37,14 @@
 // GCC 12 flags the _mm512_undefined_* idiom inside its own intrinsic headers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Lambdas taking vector arguments inside templates get this ABI note although they are inlined.
+#pragma GCC diagnostic ignored "-Wpsabi"
 #include <immintrin.h>
+// The target's instructions apply from here on only (not through compiler flags on the whole
+// file): inline functions of the shared headers and std templates included above stay
+// baseline code, so the linker can never hand a baseline caller this file's copy of them.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,amx-tile,amx-bf16,fma,f16c")
 
 namespace openfia::internal::amx_target {
 
@@ -722,18 +729,24 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
 const KernelTable kTable = {"amx", &ExpArray, &AmxAttend};
 
 }  // namespace openfia::internal::amx_target
+#pragma GCC pop_options
 
+// Baseline code from here on: these run on every CPU (dispatch asks for the table, tests and the
+// SparseAttnSharedkv planner ask the predicates) and call into the AMX code above only when the
+// CPU has it.
 namespace openfia::internal {
 const KernelTable* AmxKernels() {
   // Linux keeps AMX tile data off until the process asks for it (ARCH_REQ_XCOMP_PERM with
   // XFEATURE_XTILEDATA); without that permission the first tile instruction faults.
   static const bool ok = [] {
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    return __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") &&
+           syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
   return ok && Avx512Kernels() != nullptr ? &amx_target::kTable : nullptr;
 }
 bool AmxRunsItem(const Problem& p, const WorkItem& w) {
+  if (AmxKernels() == nullptr) return false;
   return amx_target::AmxCan(p, w) || amx_target::AmxTileDqCan(p, w) ||
          amx_target::AmxSasCan(p, w);
 }
@@ -742,7 +755,7 @@ bool AmxRunsSasItem(const Problem& p, const WorkItem& w) {
   return amx != nullptr && &ActiveKernels() == amx && amx_target::AmxSasCan(p, w);
 }
 bool AmxRunsPrefill(const Problem& p, const WorkItem& w) {
-  return !amx_target::AmxTileDqCan(p, w) && amx_target::AmxCan(p, w) &&
+  return AmxKernels() != nullptr && !amx_target::AmxTileDqCan(p, w) && amx_target::AmxCan(p, w) &&
          amx_target::PrefillCan(p, w);
 }
 }  // namespace openfia::internal

@@ -13,7 +13,14 @@
 // GCC 12 flags the _mm512_undefined_* idiom inside its own intrinsic headers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Lambdas taking vector arguments inside templates get this ABI note although they are inlined.
+#pragma GCC diagnostic ignored "-Wpsabi"
 #include <immintrin.h>
+// The target's instructions apply from here on only (not through compiler flags on the whole
+// file): inline functions of the shared headers and std templates included above stay
+// baseline code, so the linker can never hand a baseline caller this file's copy of them.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
 
 namespace openfia::internal::avx2_target {
 
@@ -128,6 +135,7 @@ const KernelTable kTable = {"avx2", &ExpArray, &AttendImpl};
 namespace openfia::internal {
 const KernelTable* Avx2Kernels() { return &avx2_target::kTable; }
 }  // namespace openfia::internal
+#pragma GCC pop_options
 #else
 namespace openfia::internal {
 const KernelTable* Avx2Kernels() { return nullptr; }

@@ -14,7 +14,14 @@
 // GCC 12 flags the _mm512_undefined_* idiom inside its own intrinsic headers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Lambdas taking vector arguments inside templates get this ABI note although they are inlined.
+#pragma GCC diagnostic ignored "-Wpsabi"
 #include <immintrin.h>
+// The target's instructions apply from here on only (not through compiler flags on the whole
+// file): inline functions of the shared headers and std templates included above stay
+// baseline code, so the linker can never hand a baseline caller this file's copy of them.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
 
 namespace openfia::internal::avx512_target {
 
@@ -35,6 +42,7 @@ const KernelTable kTable = {"avx512", &ExpArray, &AttendImpl};
 namespace openfia::internal {
 const KernelTable* Avx512Kernels() { return &avx512_target::kTable; }
 }  // namespace openfia::internal
+#pragma GCC pop_options
 #else
 namespace openfia::internal {
 const KernelTable* Avx512Kernels() { return nullptr; }
