@@ -449,6 +449,14 @@ double MachineLimits::Bf16DotGflops(int n) const {
 
 double MachineLimits::FmaGflops(int n) const { return fma_fp32_gflops_core * std::max(n, 1); }
 
+double MachineLimits::Bf16PeakGflops(int n) const {
+  return has_bf16_dot ? Bf16DotGflops(n) : FmaGflops(n);
+}
+
+const char* MachineLimits::Bf16PeakName() const {
+  return has_bf16_dot ? "vdpbf16ps" : "fp32 FMA (no AVX512-BF16)";
+}
+
 namespace {
 
 // Best streaming-read rate over `buf` (n floats, n % (128 * threads) == 0) on `threads` threads.

@@ -150,7 +150,7 @@ double Percent(const Workload& w, int threads, double gflops, double gbs, std::s
     return bw > 0 ? 100.0 * gbs / bw : NAN;
   }
   *of = "bf16";
-  const double peak = g_limits.Bf16DotGflops(threads);
+  const double peak = g_limits.Bf16PeakGflops(threads);
   return peak > 0 ? 100.0 * gflops / peak : NAN;
 }
 
@@ -216,13 +216,14 @@ void PrintSummary(const std::vector<std::unique_ptr<Entry>>& all, size_t n_main,
   std::printf("\n## openfia-bench summary (preset %s, %s KV for decode)\n\n", g_opt.preset.c_str(),
               g_opt.cold ? "cold-cache" : "warm-cache");
   std::printf("machine: %s; read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d threads); fp32 FMA "
-              "%.0f GFLOP/s/core; bf16 dot %s; AMX bf16 %.0f GFLOP/s/core (information)\n\n",
+              "%.0f GFLOP/s/core; bf16 dot %s; AMX bf16 %.0f GFLOP/s/core (information); bf16 "
+              "targets against %s\n\n",
               g_limits.cpu.c_str(), g_limits.read_bw_1t_gbs, g_limits.read_bw_all_gbs,
               g_limits.threads, g_limits.fma_fp32_gflops_core,
               g_limits.has_bf16_dot
                   ? (std::to_string(static_cast<int>(g_limits.bf16_dot_gflops_core)) + " GFLOP/s/core").c_str()
                   : "n/a (no AVX512-BF16)",
-              g_limits.amx_bf16_gflops_core);
+              g_limits.amx_bf16_gflops_core, g_limits.Bf16PeakName());
   if (g_limits.foreign_load > 0.25)
     std::printf("WARNING: other processes used %.1f CPUs' worth of time while the limits were "
                 "measured (a busy machine): limits and timings are pessimistic.\n\n",
@@ -296,7 +297,9 @@ void PrintSummary(const std::vector<std::unique_ptr<Entry>>& all, size_t n_main,
       std::printf("  %s: %.2fx D1's speed (target >= %.1fx; KV %.1f GB/s)\n", n,
                   time("D1") / time(n), t, kvgbs(n));
   for (const char* n : {"P1", "P2", "P3"})
-    if (!std::isnan(pct(n))) std::printf("  %s: %.0f%% of bf16 dot peak (target >= 60%%)\n", n, pct(n));
+    if (!std::isnan(pct(n)))
+      std::printf("  %s: %.0f%% of the bf16 peak (%s; target >= 60%%)\n", n, pct(n),
+                  g_limits.Bf16PeakName());
   std::printf("  (ratios to PyTorch SDPA: python -m openfia.bench)\n");
 }
 

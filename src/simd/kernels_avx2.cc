@@ -49,7 +49,7 @@ struct V {
     return _mm_cvtss_f32(s);
   }
   // Same algorithm as the AVX-512 target (see vec_avx512-inl.h).
-  static T Exp(T x) {
+  __attribute__((always_inline)) static inline T Exp(T x) {
     x = _mm256_min_ps(_mm256_set1_ps(88.8f), _mm256_max_ps(_mm256_set1_ps(-104.f), x));
     const T n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -122,7 +122,7 @@ struct V {
   }
 };
 
-#define OPENFIA_ATTEND_ROWS 4
+#define OPENFIA_ATTEND_ROWS 6
 #define OPENFIA_ATTEND_COLS 2
 #include "simd/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
