@@ -127,17 +127,30 @@ struct V {
 #include "simd/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
+#include "simd/decode_avx2-inl.h"
 
-const KernelTable kTable = {"avx2", &ExpArray, &AttendImpl};
+// Decode items go to the dedicated kernel when it runs them, everything else to the generic loop.
+void Attend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  if (!p.full_quant && DecodeRun(p, w, sc, out)) return;
+  AttendImpl(p, w, sc, out);
+}
+
+const KernelTable kTable = {"avx2", &ExpArray, &Attend};
 
 }  // namespace openfia::internal::avx2_target
+#pragma GCC pop_options
 
+// Baseline code: asked on any CPU (dispatch, tests).
 namespace openfia::internal {
 const KernelTable* Avx2Kernels() { return &avx2_target::kTable; }
+bool Avx2DecodeRunsItem(const Problem& p, const WorkItem& w) {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         avx2_target::DecodeCan(p, w);
+}
 }  // namespace openfia::internal
-#pragma GCC pop_options
 #else
 namespace openfia::internal {
 const KernelTable* Avx2Kernels() { return nullptr; }
+bool Avx2DecodeRunsItem(const Problem&, const WorkItem&) { return false; }
 }  // namespace openfia::internal
 #endif

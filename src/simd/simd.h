@@ -81,6 +81,9 @@ struct KernelTable {
 // Tables of the targets compiled into this build (nullptr when a target was not compiled).
 const KernelTable* ScalarKernels();
 const KernelTable* Avx2Kernels();
+// Whether the AVX2 table runs item `w` of `p` on its decode kernel (decode_avx2-inl.h; false when
+// AVX2 is not compiled or the CPU lacks it). For tests that must prove the kernel ran.
+bool Avx2DecodeRunsItem(const Problem& p, const WorkItem& w);
 const KernelTable* Avx512Kernels();
 // AMX-BF16 tiles for bf16 prefill items, the AVX-512 table for the rest; nullptr when not compiled
 // or when the OS refuses the tile-data permission (the first call requests it).

@@ -148,7 +148,8 @@ TEST(EnginePerf, DISABLED_DecodeBf16Paged) {
   SetNumThreads(Threads());
   ASSERT_TRUE(EngineSupports(p, nullptr));
   RunEngine(p);
-  const double ms = BestMs([&] { RunEngine(p); }, 20, Threads() == 1);
+  const int reps = std::getenv("REPS") ? std::atoi(std::getenv("REPS")) : 20;
+  const double ms = BestMs([&] { RunEngine(p); }, reps, Threads() == 1);
   const double bytes = 2.0 * B * S * hkv * D * (kvq == "i8" ? 1 : kvq == "i4" ? 0.5 : 2);
   std::printf("decode %s %s B=%lld S=%lld (%s, %d threads): %.3f ms, %.1f GB/s\n",
               kvq.empty() ? "bf16" : kvq.c_str(),

@@ -1,0 +1,424 @@
+// openfia internal: the AVX2 decode kernel (few query rows per KV head, bf16 K / V).
+//
+// Included by kernels_avx2.cc inside namespace openfia::internal::avx2_target, after
+// attend-inl.h (ResolveKey, ExpScalar, V). The table's attend entry offers every item to
+// DecodeRun first; it returns false for an item it does not run (the generic loop runs it), so
+// semantics never depend on it.
+//
+// Decode reads every K/V byte for only R = G x query rows (<= 8) rows, and without a bf16 dot
+// instruction each product is an fp32 FMA: the generic streaming loop spent ~465 instructions per
+// key and KV head (bf16 widened 8 channels at a time, one horizontal sum per key and row, the
+// FMA chains at their latency bound) for 128 FMAs of work. Here, per KV head and 64-key tile:
+//   scores   a bf16 row is read 16 channels (32 bytes) at a time and split by one shift and one
+//            mask into its even and odd channels (each 32-bit lane holds a channel pair); the
+//            query rows are stored in the same [8 even | 8 odd] order per 16 channels, so two
+//            FMAs per row take both halves. Blocks of RB rows x KB keys (12 accumulators: the
+//            chains have latency slack) end in one transposing horizontal sum per 4 accumulators.
+//            Scores land key-major, st[key][R].
+//   softmax  on the key-major scores directly: a vector holds 8 / R keys x R rows, so the
+//            row maxima and sums are lane folds and no transpose is needed; the operations of
+//            attend-inl.h (scale, running max, exp, sum, P rounded to the query dtype).
+//   P V      each value row widened by the same shift / mask, FMAed into up to 8 accumulators
+//            (RB rows x 4 / RB groups of 16 channels, even and odd halves); the row states hold
+//            every 16 channels as [8 even | 8 odd] while the item runs (Unpermute16 at the end).
+// bf16 x bf16 products are exact in fp32; only the summation order differs from the generic
+// loop (both within the fp32-accumulation tolerance of the fp64 reference).
+//
+// Items it runs: dense (no sparse lists, no second source), no rope, no pse, no mask, no band
+// cutting into the item's keys (every tile fully visible), R = 1, 2, 4 or 8 rows per KV head
+// (GQA groups of 1, 2, 4, 8 at one query; other R run the generic loop), d_qk and d_v multiples
+// of 16 (<= 1024), K and V (and a shared prefix) bf16 with unit channel stride and no antiquant.
+//
+// Memory: items run (tile, head) units in order; the next unit's K and V rows are prefetched
+// (into L2) a few rows per score block while one runs, so the misses stream without a burst that
+// would hold every fill buffer, one unit (2 x 64 rows) ahead.
+
+constexpr int64_t kDecMaxD = 1024;
+constexpr int64_t kDecMaxKeys = 72;  // TN rounded up to a multiple of every key block (3, 6, 12)
+constexpr int64_t kDecChunk = 8;     // keys per P V chunk (all heads' value rows stay in L1)
+constexpr int64_t kDecAhead = 8;     // tokens of prefetch distance (all heads' rows of each)
+
+inline bool DecBf16Operand(const KvOperand& kv) {
+  const auto ok = [](const Operand& o) {
+    return o.elem == Elem::kBF16 && o.sd == 1 && o.d_split == 0;
+  };
+  if (kv.dequant.kind != Dequant::Kind::kNone || !ok(kv.cache)) return false;
+  return !kv.prefix.present() || (kv.prefix_dequant.kind == Dequant::Kind::kNone && ok(kv.prefix));
+}
+
+inline bool DecodeCan(const Problem& p, const WorkItem& w) {
+  if (p.d_rope > 0 || p.full_quant || !p.key_offset.empty() || p.k2.cache.present() ||
+      p.pse != nullptr || p.mask != nullptr)
+    return false;
+  const int64_t R = w.head_rows();
+  if ((R != 1 && R != 2 && R != 4 && R != 8) || w.j0 >= w.j1) return false;
+  if (w.n_hk * R > kItemRows) return false;  // packed queries fit sc.q, scores fit the scratch
+  if (p.d_qk % 16 != 0 || p.d_v % 16 != 0 || p.d_qk > kDecMaxD || p.d_v > kDecMaxD) return false;
+  if (!DecBf16Operand(p.k) || !DecBf16Operand(p.v)) return false;
+  const ItemOrigins o = OriginsOf(p, w.b);
+  return (w.i1 - 1) - o.pre <= w.j0 && w.j1 - 1 <= w.i0 + o.next;
+}
+
+// Where the keys of one tile live: KV head w.hk's K / V row of key n (bytes), and the bytes from
+// one KV head to the next. Keys past nk (up to a whole key block) point at a zero row.
+struct DecTile {
+  const char* k[kDecMaxKeys];
+  const char* v[kDecMaxKeys];
+  int64_t kstep[kDecMaxKeys], vstep[kDecMaxKeys];
+  int64_t nk = 0;
+};
+
+alignas(64) inline const uint16_t kDecZeroRow[kDecMaxD] = {};
+
+inline void DecResolve(const Problem& p, const WorkItem& w, int64_t t0, DecTile* t) {
+  const int64_t jt0 = std::max(t0, w.j0);
+  t->nk = std::min(t0 + TN, w.j1) - jt0;
+  for (int64_t n = 0; n < t->nk; ++n) {
+    const void* base;
+    int64_t off;
+    uint8_t pre;
+    ResolveKey(p, p.k, w.b, w.hk, jt0 + n, &base, &off, &pre);
+    t->k[n] = static_cast<const char*>(base) + 2 * off;
+    t->kstep[n] = 2 * (pre ? p.k.prefix.sh : p.k.cache.Sh(w.b));
+    ResolveKey(p, p.v, w.b, w.hk, jt0 + n, &base, &off, &pre);
+    t->v[n] = static_cast<const char*>(base) + 2 * off;
+    t->vstep[n] = 2 * (pre ? p.v.prefix.sh : p.v.cache.Sh(w.b));
+  }
+  for (int64_t n = t->nk; n < kDecMaxKeys; ++n) {
+    t->k[n] = t->v[n] = reinterpret_cast<const char*>(kDecZeroRow);
+    t->kstep[n] = t->vstep[n] = 0;
+  }
+}
+
+// A prefetch stream over the rows of a tile in token order (every head's row of a token, then
+// the next token), issued a few lines at a time between the kernel's work (a burst of a whole
+// token or chunk would hold every fill buffer and have the rest of it dropped).
+struct DecPrefetcher {
+  const DecTile* t = nullptr;
+  bool v = false;
+  int64_t n = 0, x = 0;               // the run being issued: token n, head x (runs of whole
+  const char* cur = nullptr;          // tokens when their heads' rows are contiguous)
+  const char* end = nullptr;
+  int64_t n_hk = 1, bytes = 0;
+
+  void Start(const DecTile* tile, bool values, int64_t heads, int64_t row_bytes, int64_t n0) {
+    t = tile;
+    v = values;
+    n = n0;
+    x = 0;
+    n_hk = heads;
+    bytes = row_bytes;
+    cur = end = nullptr;
+    Run();
+  }
+  // Sets [cur, end) to the run of token n from head x on.
+  void Run() {
+    if (n >= t->nk) return;
+    const char* row = v ? t->v[n] : t->k[n];
+    const int64_t step = v ? t->vstep[n] : t->kstep[n];
+    cur = row + x * step;
+    const bool whole = step == bytes;  // the token's rows of every head are one run
+    end = cur + (whole ? (n_hk - x) * bytes : bytes);
+    if (whole) x = n_hk - 1;
+  }
+  // Prefetches up to `lines` lines, not past token `n_end`.
+  void Issue(int64_t lines, int64_t n_end) {
+    if (t == nullptr) return;
+    n_end = std::min(n_end, t->nk);
+    while (lines > 0 && n < n_end) {
+      for (; lines > 0 && cur < end; --lines, cur += 64) _mm_prefetch(cur, _MM_HINT_T0);
+      if (cur >= end) {
+        if (++x == n_hk) {
+          x = 0;
+          ++n;
+        }
+        Run();
+      }
+    }
+  }
+  bool Done() const { return t == nullptr || n >= t->nk; }
+};
+
+// The even channels (low halves) and odd channels (high halves) of 16 bf16 values.
+__attribute__((always_inline)) inline void DecSplit(const char* p, __m256* even, __m256* odd) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  *even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+  *odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// The sums of a, b, c, d (8 lanes each) as one vector [sum a, sum b, sum c, sum d].
+__attribute__((always_inline)) inline __m128 DecSum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// st[(n0 + k) * RP + r] = q_r . K[n0 + k] for r < RP, k < KB: q rows at stride D floats (packed
+// [8 even | 8 odd] per 16 channels), key rows krow[n] + x * step[n] (head x).
+template <int RP, int KB>
+__attribute__((always_inline)) inline void DecScoreBlock(const float* q, int64_t D,
+                                                         const char* const* krow,
+                                                         const int64_t* step, int64_t x,
+                                                         int64_t n0, float* st) {
+  static_assert((RP * KB) % 4 == 0, "accumulators are summed four at a time");
+  __m256 acc[KB][RP];
+  OPENFIA_UNROLL
+  for (int k = 0; k < KB; ++k)
+    OPENFIA_UNROLL
+    for (int r = 0; r < RP; ++r) acc[k][r] = _mm256_setzero_ps();
+  const char* kr[KB];
+  OPENFIA_UNROLL
+  for (int k = 0; k < KB; ++k) kr[k] = krow[n0 + k] + x * step[n0 + k];
+  for (int64_t d = 0; d < D; d += 16) {
+    OPENFIA_UNROLL
+    for (int k = 0; k < KB; ++k) {
+      __m256 e, o;
+      DecSplit(kr[k] + 2 * d, &e, &o);
+      OPENFIA_UNROLL
+      for (int r = 0; r < RP; ++r) {
+        acc[k][r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * D + d), e, acc[k][r]);
+        acc[k][r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * D + d + 8), o, acc[k][r]);
+      }
+    }
+  }
+  // acc[k][r] is st[(n0 + k) * RP + r]: the flattened order is the memory order.
+  const __m256* a = &acc[0][0];
+  OPENFIA_UNROLL
+  for (int i = 0; i < RP * KB; i += 4)
+    _mm_storeu_ps(st + n0 * RP + i, DecSum4(a[i], a[i + 1], a[i + 2], a[i + 3]));
+}
+
+// Lane l of the result: the maximum (sum) over the lanes of v with the same l % RP.
+template <int RP>
+__attribute__((always_inline)) inline __m256 DecFoldMax(__m256 v) {
+  if constexpr (RP <= 4) v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+  if constexpr (RP <= 2) v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  if constexpr (RP <= 1) v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return v;
+}
+template <int RP>
+__attribute__((always_inline)) inline __m256 DecFoldSum(__m256 v) {
+  if constexpr (RP <= 4) v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
+  if constexpr (RP <= 2) v = _mm256_add_ps(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  if constexpr (RP <= 1) v = _mm256_add_ps(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return v;
+}
+
+// Online softmax of one head's tile on the key-major scores st[key][RP] (in place: P, rounded
+// to the query dtype pe); updates m / l of the RP rows and rescales their accumulators.
+template <int RP>
+inline void DecSoftmax(float* st, int64_t nk, float scale, Elem pe, float* m, float* l,
+                       float* acc, int64_t acc_stride, int64_t ldv) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  constexpr int64_t KPV = 8 / RP;  // keys per vector
+  const int64_t nvec = (nk + KPV - 1) / KPV;
+  const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(kNegInf);
+  // Lane l holds key l / RP of its vector.
+  const __m256i lane_key = _mm256_setr_epi32(0 / RP, 1 / RP, 2 / RP, 3 / RP, 4 / RP, 5 / RP,
+                                             6 / RP, 7 / RP);
+  __m256 vm = ninf;
+  for (int64_t i = 0; i < nvec; ++i) {
+    __m256 s = _mm256_mul_ps(_mm256_loadu_ps(st + 8 * i), vscale);
+    if ((i + 1) * KPV > nk) {  // keys past nk: -inf
+      const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(nk - i * KPV)),
+                                              lane_key);
+      s = _mm256_blendv_ps(ninf, s, _mm256_castsi256_ps(live));
+    }
+    _mm256_storeu_ps(st + 8 * i, s);
+    vm = _mm256_max_ps(vm, s);
+  }
+  alignas(32) float tmax[8], mnew[8], alpha[8];
+  _mm256_store_ps(tmax, DecFoldMax<RP>(vm));
+  for (int64_t r = 0; r < RP; ++r) {
+    const float m_old = m[r];
+    const float m_new = std::max(m_old, tmax[r]);
+    // A row that has seen nothing finite yet subtracts 0: its P is exp(-inf) = 0.
+    mnew[r] = m_new == kNegInf ? 0.f : m_new;
+    alpha[r] = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
+    m[r] = m_new;
+  }
+  for (int64_t r = RP; r < 8; ++r) mnew[r] = mnew[r % RP];
+  const __m256 vmn = _mm256_load_ps(mnew);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nvec; ++i) {
+    __m256 e = V::Exp(_mm256_sub_ps(_mm256_loadu_ps(st + 8 * i), vmn));
+    vsum = _mm256_add_ps(vsum, e);
+    if (pe == Elem::kBF16) e = V::RoundBF16(e);
+    else if (pe == Elem::kF16) e = V::RoundF16(e);
+    _mm256_storeu_ps(st + 8 * i, e);
+  }
+  alignas(32) float tsum[8];
+  _mm256_store_ps(tsum, DecFoldSum<RP>(vsum));
+  for (int64_t r = 0; r < RP; ++r) {
+    l[r] = l[r] * alpha[r] + tsum[r];
+    if (alpha[r] != 1.f) {
+      float* a = acc + r * acc_stride;
+      const __m256 va = _mm256_set1_ps(alpha[r]);
+      for (int64_t d = 0; d < ldv; d += 8)
+        _mm256_storeu_ps(a + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), va));
+    }
+  }
+}
+
+// acc rows [r0, r0 + RB) x channel groups [g0, g0 + NG) (16 channels each, [8 even | 8 odd])
+// += P V over keys [n0, n1); P key-major at stride RP; value rows vr[n] (this head's).
+template <int RB, int NG, int RP>
+__attribute__((always_inline)) inline void DecPvBlock(const float* pk, int64_t r0,
+                                                      const char* const* vr, int64_t n0,
+                                                      int64_t n1, int64_t g0, float* acc,
+                                                      int64_t lda) {
+  __m256 a[RB][2 * NG];
+  OPENFIA_UNROLL
+  for (int r = 0; r < RB; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < 2 * NG; ++j)
+      a[r][j] = _mm256_loadu_ps(acc + (r0 + r) * lda + 16 * g0 + 8 * j);
+  for (int64_t n = n0; n < n1; ++n) {
+    __m256 v[2 * NG];
+    OPENFIA_UNROLL
+    for (int g = 0; g < NG; ++g) DecSplit(vr[n] + 32 * (g0 + g), &v[2 * g], &v[2 * g + 1]);
+    OPENFIA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      const __m256 pb = _mm256_broadcast_ss(pk + n * RP + r0 + r);
+      OPENFIA_UNROLL
+      for (int j = 0; j < 2 * NG; ++j) a[r][j] = _mm256_fmadd_ps(pb, v[j], a[r][j]);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < RB; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < 2 * NG; ++j)
+      _mm256_storeu_ps(acc + (r0 + r) * lda + 16 * g0 + 8 * j, a[r][j]);
+}
+
+// acc (RP rows of head x) += P V over keys [n0, n1) (at most kDecChunk) of value rows
+// vrow[n] + x * step[n].
+template <int RP>
+inline void DecPv(const float* pk, const char* const* vrow, const int64_t* step, int64_t x,
+                  int64_t n0, int64_t n1, int64_t Dv, float* acc, int64_t lda) {
+  const char* vr[kDecMaxKeys];
+  for (int64_t n = n0; n < n1; ++n) vr[n] = vrow[n] + x * step[n];
+  constexpr int RB = RP < 4 ? RP : 4;  // rows per block
+  constexpr int NG = 4 / RB;           // 16-channel groups per block: 8 accumulators
+  const int64_t ng = Dv / 16;
+  for (int64_t r0 = 0; r0 < RP; r0 += RB) {
+    int64_t g = 0;
+    for (; g + NG <= ng; g += NG) DecPvBlock<RB, NG, RP>(pk, r0, vr, n0, n1, g, acc, lda);
+    for (; g < ng; ++g) DecPvBlock<RB, 1, RP>(pk, r0, vr, n0, n1, g, acc, lda);
+  }
+}
+
+// Row states in [8 even | 8 odd] order per 16 channels back to channel order.
+inline void Unpermute16(float* acc, int64_t rows, int64_t lda, int64_t Dv) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* a = acc + r * lda;
+    for (int64_t c = 0; c < Dv; c += 16) {
+      const __m256 e = _mm256_loadu_ps(a + c), o = _mm256_loadu_ps(a + c + 8);
+      const __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
+      _mm256_storeu_ps(a + c, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_storeu_ps(a + c + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+  }
+}
+
+// Scores for all n_hk heads need n_hk x kDecMaxKeys x RP floats: from sc.kt on (kt, v and s are
+// one allocation, ScratchBuffer); true when they fit.
+inline bool DecScoresFit(const EngineScratch& sc, const WorkItem& w) {
+  return sc.tmp - sc.kt >= w.n_hk * kDecMaxKeys * w.head_rows();
+}
+
+template <int RP>
+void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  constexpr int KB = RP == 8 ? 1 : 12 / RP;  // keys per score block: 12 (RP = 8: 8) accumulators
+  const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), nh = w.n_hk;
+  const int64_t D = p.d_qk, Dv = p.d_v, ldv = sc.dv_pad;
+  const float scale = static_cast<float>(p.scale);
+  const Elem pe = p.q.elem;  // P is rounded to the query dtype before P * V (SPEC 2.6)
+  ResetRowStates(out, w.rows(), ldv);
+
+  // Query rows as f32, [8 even | 8 odd] per 16 channels: qp[x][r][D].
+  float* qp = sc.q;
+  for (int64_t x = 0; x < nh; ++x) {
+    for (int64_t r = 0; r < RP; ++r) {
+      float* dst = qp + (x * RP + r) * D;
+      const int64_t h = (w.hk + x) * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+      const void* qb = p.q.Base(b);
+      const int64_t qo = p.q.Offset(b, h, row, 0);
+      if (p.q.elem == Elem::kBF16 && p.q.sd == 1 && p.q.d_split == 0) {  // the split of K / V
+        const char* src = static_cast<const char*>(qb) + 2 * qo;
+        for (int64_t d = 0; d < D; d += 16) {
+          __m256 e, o;
+          DecSplit(src + 2 * d, &e, &o);
+          _mm256_storeu_ps(dst + d, e);
+          _mm256_storeu_ps(dst + d + 8, o);
+        }
+        continue;
+      }
+      for (int64_t d = 0; d < D; ++d)
+        dst[(d & ~15) + (d & 1) * 8 + (d & 15) / 2] = cvt::Load(qb, p.q.elem, qo + DOff(p.q, d));
+    }
+  }
+
+  // Per tile, token-major: the score blocks of all heads for each KB keys (so the cache is read
+  // in token order, every head's row of a token after the other, which the memory system streams
+  // ~1.6x faster than head after head), the softmax of each head, then P V in chunks of kDecChunk
+  // keys for all heads (the chunk's value rows stay in L1 across the channel blocks).
+  float* st = sc.kt;  // [nh][kDecMaxKeys][RP] scores, then P
+  const int64_t sst = kDecMaxKeys * RP;
+  const int64_t kbytes = 2 * D, vbytes = 2 * Dv;
+  DecTile tiles[2];
+  const int64_t tile0 = w.j0 / TN * TN;
+  DecResolve(p, w, tile0, &tiles[0]);
+  const int64_t klines = nh * ((kbytes + 63) / 64), vlines = nh * ((vbytes + 63) / 64);
+  DecPrefetcher pf;  // K of the tile's scores, then its V, then the next tile's K
+  pf.Start(&tiles[0], false, nh, kbytes, 0);
+  pf.Issue(kDecAhead * klines, kDecAhead);
+  int cur = 0;
+  for (int64_t t0 = tile0; t0 < w.j1; t0 += TN, cur ^= 1) {
+    const DecTile& t = tiles[cur];
+    DecTile* nt = t0 + TN < w.j1 ? &tiles[cur ^ 1] : nullptr;
+    if (nt != nullptr) DecResolve(p, w, t0 + TN, nt);
+    const int64_t nk = t.nk;
+    // Scores; the key rows kDecAhead tokens ahead, then this tile's first value rows.
+    const int64_t kper = (KB * klines + nh - 1) / nh;  // lines per head and score block
+    for (int64_t n0 = 0; n0 < nk; n0 += KB) {
+      for (int64_t x = 0; x < nh; ++x) {
+        if (pf.Done() && !pf.v) pf.Start(&t, true, nh, vbytes, 0);
+        pf.Issue(kper, pf.v ? kDecAhead : n0 + KB + kDecAhead);
+        DecScoreBlock<RP, KB>(qp + x * RP * D, D, t.k, t.kstep, x, n0, st + x * sst);
+      }
+    }
+    for (int64_t x = 0; x < nh; ++x)
+      DecSoftmax<RP>(st + x * sst, nk, scale, pe, out.m + x * RP, out.l + x * RP,
+                     out.acc + x * RP * out.acc_stride, out.acc_stride, ldv);
+    // P V; the value rows kDecAhead tokens ahead, then the next tile's first key rows.
+    if (pf.t != &t || !pf.v) pf.Start(&t, true, nh, vbytes, 0);
+    const int64_t vper = (kDecChunk * vlines + nh - 1) / nh;  // lines per head and chunk
+    for (int64_t n0 = 0; n0 < nk; n0 += kDecChunk) {
+      const int64_t n1 = std::min(nk, n0 + kDecChunk);
+      for (int64_t x = 0; x < nh; ++x) {
+        if (pf.Done() && pf.v && nt != nullptr) pf.Start(nt, false, nh, kbytes, 0);
+        pf.Issue(vper, pf.v ? n1 + kDecAhead : kDecAhead);
+        DecPv<RP>(st + x * sst, t.v, t.vstep, x, n0, n1, Dv, out.acc + x * RP * out.acc_stride,
+                  out.acc_stride);
+      }
+    }
+    if (nt != nullptr && (pf.t != nt || pf.v)) {  // a short tile: start the next one's keys
+      pf.Start(nt, false, nh, kbytes, 0);
+      pf.Issue(kDecAhead * klines, kDecAhead);
+    }
+  }
+  Unpermute16(out.acc, w.rows(), out.acc_stride, Dv);
+}
+
+inline bool DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                      const RowStates& out) {
+  if (!DecodeCan(p, w) || !DecScoresFit(sc, w)) return false;
+  switch (w.head_rows()) {
+    case 1: DecRun<1>(p, w, sc, out); break;
+    case 2: DecRun<2>(p, w, sc, out); break;
+    case 4: DecRun<4>(p, w, sc, out); break;
+    default: DecRun<8>(p, w, sc, out); break;
+  }
+  return true;
+}
