@@ -38,15 +38,36 @@ constexpr int64_t kDecMaxKeys = 72;  // TN rounded up to a multiple of every key
 constexpr int64_t kDecChunk = 8;     // keys per P V chunk (all heads' value rows stay in L1)
 constexpr int64_t kDecAhead = 8;     // tokens of prefetch distance (all heads' rows of each)
 
-inline bool DecBf16Operand(const KvOperand& kv) {
-  const auto ok = [](const Operand& o) {
+// How the kernel reads one of K / V: bf16 rows (split into even / odd channels in registers),
+// or int8 / int4 rows with an antiquant whose scale / offset is one value per row (per tensor,
+// head, token or token-head) or one vector over the channels of a head (per channel).
+enum class DecKind : uint8_t { kBf16, kI8, kI4 };
+
+inline bool DecOperandKind(const KvOperand& kv, DecKind* kind) {
+  const auto bf16 = [](const Operand& o) {
     return o.elem == Elem::kBF16 && o.sd == 1 && o.d_split == 0;
   };
-  if (kv.dequant.kind != Dequant::Kind::kNone || !ok(kv.cache)) return false;
-  return !kv.prefix.present() || (kv.prefix_dequant.kind == Dequant::Kind::kNone && ok(kv.prefix));
+  if (kv.dequant.kind == Dequant::Kind::kNone) {
+    if (!bf16(kv.cache)) return false;
+    if (kv.prefix.present() && (kv.prefix_dequant.kind != Dequant::Kind::kNone || !bf16(kv.prefix)))
+      return false;
+    *kind = DecKind::kBf16;
+    return true;
+  }
+  // The vector antiquant of attend-inl.h (DqVecOk: int8 / int4, unit channel stride, no
+  // per-tile groups), no shared prefix, per-channel parameters that depend on the head only,
+  // byte-aligned int4 rows.
+  const Operand& o = kv.cache;
+  const Dequant& dq = kv.dequant;
+  if (kv.prefix.present() || dq.kind == Dequant::Kind::kPerTile || !DqVecOk(o, &dq)) return false;
+  if (dq.sd != 0 && (dq.sb != 0 || dq.ss != 0)) return false;
+  if (o.elem == Elem::kI4 && ((o.sb | o.sh | o.ss) & 1) != 0) return false;
+  *kind = o.elem == Elem::kI8 ? DecKind::kI8 : DecKind::kI4;
+  return true;
 }
 
-inline bool DecodeCan(const Problem& p, const WorkItem& w) {
+inline bool DecodeCan(const Problem& p, const WorkItem& w, DecKind* kk = nullptr,
+                      DecKind* vk = nullptr) {
   if (p.d_rope > 0 || p.full_quant || !p.key_offset.empty() || p.k2.cache.present() ||
       p.pse != nullptr || p.mask != nullptr)
     return false;
@@ -54,21 +75,31 @@ inline bool DecodeCan(const Problem& p, const WorkItem& w) {
   if ((R != 1 && R != 2 && R != 4 && R != 8) || w.j0 >= w.j1) return false;
   if (w.n_hk * R > kItemRows) return false;  // packed queries fit sc.q, scores fit the scratch
   if (p.d_qk % 16 != 0 || p.d_v % 16 != 0 || p.d_qk > kDecMaxD || p.d_v > kDecMaxD) return false;
-  if (!DecBf16Operand(p.k) || !DecBf16Operand(p.v)) return false;
+  DecKind k, v;
+  if (!DecOperandKind(p.k, &k) || !DecOperandKind(p.v, &v)) return false;
+  if (kk != nullptr) *kk = k;
+  if (vk != nullptr) *vk = v;
   const ItemOrigins o = OriginsOf(p, w.b);
   return (w.i1 - 1) - o.pre <= w.j0 && w.j1 - 1 <= w.i0 + o.next;
 }
 
-// Where the keys of one tile live: KV head w.hk's K / V row of key n (bytes), and the bytes from
-// one KV head to the next. Keys past nk (up to a whole key block) point at a zero row.
+// Where the keys of one tile live: KV head w.hk's K / V row of key n (bytes), the bytes from one
+// KV head to the next, and the antiquant coordinates (Dequant) of each row. Keys past nk (up to a
+// whole key block) point at a zero row.
 struct DecTile {
   const char* k[kDecMaxKeys];
   const char* v[kDecMaxKeys];
   int64_t kstep[kDecMaxKeys], vstep[kDecMaxKeys];
+  int64_t kc[2 * kDecMaxKeys], vc[2 * kDecMaxKeys];
   int64_t nk = 0;
 };
 
 alignas(64) inline const uint16_t kDecZeroRow[kDecMaxD] = {};
+
+// Bytes of `elems` elements of e (int4: two a byte; offsets of int4 operands are even).
+inline int64_t DecBytes(Elem e, int64_t elems) {
+  return e == Elem::kBF16 ? 2 * elems : e == Elem::kI8 ? elems : elems / 2;
+}
 
 inline void DecResolve(const Problem& p, const WorkItem& w, int64_t t0, DecTile* t) {
   const int64_t jt0 = std::max(t0, w.j0);
@@ -77,17 +108,69 @@ inline void DecResolve(const Problem& p, const WorkItem& w, int64_t t0, DecTile*
     const void* base;
     int64_t off;
     uint8_t pre;
-    ResolveKey(p, p.k, w.b, w.hk, jt0 + n, &base, &off, &pre);
-    t->k[n] = static_cast<const char*>(base) + 2 * off;
-    t->kstep[n] = 2 * (pre ? p.k.prefix.sh : p.k.cache.Sh(w.b));
-    ResolveKey(p, p.v, w.b, w.hk, jt0 + n, &base, &off, &pre);
-    t->v[n] = static_cast<const char*>(base) + 2 * off;
-    t->vstep[n] = 2 * (pre ? p.v.prefix.sh : p.v.cache.Sh(w.b));
+    ResolveKey(p, p.k, w.b, w.hk, jt0 + n, &base, &off, &pre, t->kc + 2 * n);
+    const Operand& ko = pre ? p.k.prefix : p.k.cache;
+    t->k[n] = static_cast<const char*>(base) + DecBytes(ko.elem, off);
+    t->kstep[n] = DecBytes(ko.elem, pre ? ko.sh : ko.Sh(w.b));
+    ResolveKey(p, p.v, w.b, w.hk, jt0 + n, &base, &off, &pre, t->vc + 2 * n);
+    const Operand& vo = pre ? p.v.prefix : p.v.cache;
+    t->v[n] = static_cast<const char*>(base) + DecBytes(vo.elem, off);
+    t->vstep[n] = DecBytes(vo.elem, pre ? vo.sh : vo.Sh(w.b));
   }
   for (int64_t n = t->nk; n < kDecMaxKeys; ++n) {
     t->k[n] = t->v[n] = reinterpret_cast<const char*>(kDecZeroRow);
     t->kstep[n] = t->vstep[n] = 0;
+    t->kc[2 * n] = t->kc[2 * n + 1] = t->vc[2 * n] = t->vc[2 * n + 1] = 0;
   }
+}
+
+// The antiquant of one operand as the kernel applies it: per-row parameters looked up per key
+// (Row), per-channel ones as fp32 vectors per head (chan, filled once per item).
+struct DecDq {
+  const Dequant* dq = nullptr;
+  bool has_off = false, per_chan = false;
+  const float* chan = nullptr;  // [n_hk][2][D]: scale, offset (per-channel only)
+  int64_t D = 0;
+
+  void Init(const Dequant& d, int64_t dim, int64_t hk, int64_t n_hk, float* buf) {
+    dq = &d;
+    D = dim;
+    has_off = d.offset != nullptr;
+    per_chan = d.sd != 0;
+    if (!per_chan) return;
+    for (int64_t x = 0; x < n_hk; ++x) {
+      const int64_t i = d.Index(0, hk + x, 0, 0);
+      for (int64_t c = 0; c < dim; ++c) {
+        buf[(2 * x) * dim + c] = cvt::Load(d.scale, d.scale_elem, i + c * d.sd);
+        buf[(2 * x + 1) * dim + c] = has_off ? cvt::Load(d.offset, d.offset_elem, i + c * d.sd) : 0.f;
+      }
+    }
+    chan = buf;
+  }
+  // Scale and offset of the row at antiquant coordinates c (storage b, s) of KV head h.
+  void Row(const int64_t* c, int64_t h, float* scale, float* offset) const {
+    const int64_t i = dq->Index(c[0], h, c[1], 0);
+    *scale = cvt::Load(dq->scale, dq->scale_elem, i);
+    *offset = has_off ? cvt::Load(dq->offset, dq->offset_elem, i) : 0.f;
+  }
+};
+
+// 8 channels [d, d + 8) of an int8 / int4 row as fp32 (exact small integers), in channel order.
+template <DecKind K>
+__attribute__((always_inline)) inline __m256 DecLoadQ8(const char* row, int64_t d) {
+  if constexpr (K == DecKind::kI8) return V::LoadI8(reinterpret_cast<const int8_t*>(row) + d);
+  else return V::LoadI4(reinterpret_cast<const uint8_t*>(row) + d / 2);
+}
+
+// (x + offset) * scale rounded to the query dtype: the fp32 operations of attend-inl.h's DqAt in
+// the same order, so the dequantized values are bitwise those of the reference.
+template <bool OFF, Elem QE>
+__attribute__((always_inline)) inline __m256 DecDequant(__m256 x, __m256 scale, __m256 offset) {
+  if constexpr (OFF) x = _mm256_add_ps(x, offset);
+  x = _mm256_mul_ps(x, scale);
+  if constexpr (QE == Elem::kBF16) return V::RoundBF16(x);
+  else if constexpr (QE == Elem::kF16) return V::RoundF16(x);
+  else return x;
 }
 
 // A prefetch stream over the rows of a tile in token order (every head's row of a token, then
@@ -186,6 +269,60 @@ __attribute__((always_inline)) inline void DecScoreBlock(const float* q, int64_t
   OPENFIA_UNROLL
   for (int i = 0; i < RP * KB; i += 4)
     _mm_storeu_ps(st + n0 * RP + i, DecSum4(a[i], a[i + 1], a[i + 2], a[i + 3]));
+}
+
+// st[(n0 + k) * RP + r] = q_r . deq(K[n0 + k]) for an int8 / int4 K: q rows in channel order;
+// each 8 channels of a key are widened, dequantized (DecDequant) and FMAed into RP rows. sc / oc:
+// per-row parameters of the KB keys, or (CHAN) the head's per-channel vectors.
+template <int RP, int KB, DecKind K, bool OFF, bool CHAN, Elem QE>
+__attribute__((always_inline)) inline void DecScoreBlockDq(const float* q, int64_t D,
+                                                           const char* const* kr,
+                                                           const float* sc, const float* oc,
+                                                           int64_t n0, float* st) {
+  static_assert((RP * KB) % 4 == 0, "accumulators are summed four at a time");
+  __m256 acc[KB][RP];
+  OPENFIA_UNROLL
+  for (int k = 0; k < KB; ++k)
+    OPENFIA_UNROLL
+    for (int r = 0; r < RP; ++r) acc[k][r] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; d += 8) {
+    OPENFIA_UNROLL
+    for (int k = 0; k < KB; ++k) {
+      const __m256 s = CHAN ? _mm256_loadu_ps(sc + d) : _mm256_set1_ps(sc[k]);
+      const __m256 o = !OFF ? _mm256_setzero_ps() : CHAN ? _mm256_loadu_ps(oc + d)
+                                                         : _mm256_set1_ps(oc[k]);
+      const __m256 x = DecDequant<OFF, QE>(DecLoadQ8<K>(kr[k], d), s, o);
+      OPENFIA_UNROLL
+      for (int r = 0; r < RP; ++r)
+        acc[k][r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * D + d), x, acc[k][r]);
+    }
+  }
+  const __m256* a = &acc[0][0];
+  OPENFIA_UNROLL
+  for (int i = 0; i < RP * KB; i += 4)
+    _mm_storeu_ps(st + n0 * RP + i, DecSum4(a[i], a[i + 1], a[i + 2], a[i + 3]));
+}
+
+// Dequantized value rows [n0, n1) of head x into vb (fp32, rows of Dv, channel order).
+template <DecKind K, bool OFF, bool CHAN, Elem QE>
+inline void DecDequantRows(const DecTile& t, const DecDq& dq, int64_t hk, int64_t x, int64_t n0,
+                           int64_t n1, int64_t Dv, float* vb) {
+  const float* cs = CHAN ? dq.chan + 2 * x * Dv : nullptr;
+  for (int64_t n = n0; n < n1; ++n) {
+    const char* row = t.v[n] + x * t.vstep[n];
+    float* dst = vb + (n - n0) * Dv;
+    if constexpr (CHAN) {
+      for (int64_t d = 0; d < Dv; d += 8)
+        _mm256_storeu_ps(dst + d, DecDequant<OFF, QE>(DecLoadQ8<K>(row, d), _mm256_loadu_ps(cs + d),
+                                                      _mm256_loadu_ps(cs + Dv + d)));
+    } else {
+      float s, o;
+      dq.Row(t.vc + 2 * n, hk + x, &s, &o);
+      const __m256 vs = _mm256_set1_ps(s), vo = _mm256_set1_ps(o);
+      for (int64_t d = 0; d < Dv; d += 8)
+        _mm256_storeu_ps(dst + d, DecDequant<OFF, QE>(DecLoadQ8<K>(row, d), vs, vo));
+    }
+  }
 }
 
 // Lane l of the result: the maximum (sum) over the lanes of v with the same l % RP.
@@ -308,6 +445,50 @@ inline void DecPv(const float* pk, const char* const* vrow, const int64_t* step,
   }
 }
 
+// acc rows [r0, r0 + RB) x channels [16 g0, 16 (g0 + NG)) += P V over keys [n0, n1) of the
+// dequantized fp32 rows vb (row n at vb + (n - n0) * Dv), channel order.
+template <int RB, int NG, int RP>
+__attribute__((always_inline)) inline void DecPvBlockF(const float* pk, int64_t r0,
+                                                       const float* vb, int64_t Dv, int64_t n0,
+                                                       int64_t n1, int64_t g0, float* acc,
+                                                       int64_t lda) {
+  __m256 a[RB][2 * NG];
+  OPENFIA_UNROLL
+  for (int r = 0; r < RB; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < 2 * NG; ++j)
+      a[r][j] = _mm256_loadu_ps(acc + (r0 + r) * lda + 16 * g0 + 8 * j);
+  for (int64_t n = n0; n < n1; ++n) {
+    __m256 v[2 * NG];
+    OPENFIA_UNROLL
+    for (int j = 0; j < 2 * NG; ++j) v[j] = _mm256_loadu_ps(vb + (n - n0) * Dv + 16 * g0 + 8 * j);
+    OPENFIA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      const __m256 pb = _mm256_broadcast_ss(pk + n * RP + r0 + r);
+      OPENFIA_UNROLL
+      for (int j = 0; j < 2 * NG; ++j) a[r][j] = _mm256_fmadd_ps(pb, v[j], a[r][j]);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < RB; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < 2 * NG; ++j)
+      _mm256_storeu_ps(acc + (r0 + r) * lda + 16 * g0 + 8 * j, a[r][j]);
+}
+
+template <int RP>
+inline void DecPvF(const float* pk, const float* vb, int64_t n0, int64_t n1, int64_t Dv,
+                   float* acc, int64_t lda) {
+  constexpr int RB = RP < 4 ? RP : 4;
+  constexpr int NG = 4 / RB;
+  const int64_t ng = Dv / 16;
+  for (int64_t r0 = 0; r0 < RP; r0 += RB) {
+    int64_t g = 0;
+    for (; g + NG <= ng; g += NG) DecPvBlockF<RB, NG, RP>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
+    for (; g < ng; ++g) DecPvBlockF<RB, 1, RP>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
+  }
+}
+
 // Row states in [8 even | 8 odd] order per 16 channels back to channel order.
 inline void Unpermute16(float* acc, int64_t rows, int64_t lda, int64_t Dv) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -321,22 +502,78 @@ inline void Unpermute16(float* acc, int64_t rows, int64_t lda, int64_t Dv) {
   }
 }
 
-// Scores for all n_hk heads need n_hk x kDecMaxKeys x RP floats: from sc.kt on (kt, v and s are
-// one allocation, ScratchBuffer); true when they fit.
-inline bool DecScoresFit(const EngineScratch& sc, const WorkItem& w) {
-  return sc.tmp - sc.kt >= w.n_hk * kDecMaxKeys * w.head_rows();
+// Scratch (from sc.kt on: kt, v and s are one allocation, ScratchBuffer) for an item: the scores
+// of every head [n_hk][kDecMaxKeys][R], per-channel antiquant vectors of K and V [n_hk][2][D],
+// one chunk of dequantized value rows [kDecChunk][d_v]. Sizes in floats.
+inline int64_t DecScratchFloats(const Problem& p, const WorkItem& w) {
+  return w.n_hk * kDecMaxKeys * w.head_rows() + 2 * w.n_hk * (p.d_qk + p.d_v) +
+         kDecChunk * p.d_v;
 }
 
-template <int RP>
+template <int KB, int RP, DecKind K, bool OFF, bool CHAN>
+inline void DecScoreDqQ(Elem qe, const float* q, int64_t D, const char* const* kr,
+                        const float* sc, const float* oc, int64_t n0, float* st) {
+  switch (qe) {
+    case Elem::kBF16: return DecScoreBlockDq<RP, KB, K, OFF, CHAN, Elem::kBF16>(q, D, kr, sc, oc, n0, st);
+    case Elem::kF16: return DecScoreBlockDq<RP, KB, K, OFF, CHAN, Elem::kF16>(q, D, kr, sc, oc, n0, st);
+    default: return DecScoreBlockDq<RP, KB, K, OFF, CHAN, Elem::kF32>(q, D, kr, sc, oc, n0, st);
+  }
+}
+
+// One dequantized score block of head x (KV head hk + x): the antiquant mode picked at run time.
+template <int KB, int RP, DecKind K>
+inline void DecScoreDq(Elem qe, const DecDq& dq, const float* q, int64_t D, const DecTile& t,
+                       int64_t hk, int64_t x, int64_t n0, float* st) {
+  const char* kr[KB];
+  float sc[KB], oc[KB];
+  for (int k = 0; k < KB; ++k) {
+    kr[k] = t.k[n0 + k] + x * t.kstep[n0 + k];
+    if (!dq.per_chan) dq.Row(t.kc + 2 * (n0 + k), hk + x, &sc[k], &oc[k]);
+  }
+  const float* cs = dq.per_chan ? dq.chan + 2 * x * D : sc;
+  const float* co = dq.per_chan ? dq.chan + (2 * x + 1) * D : oc;
+  if (dq.per_chan) {
+    if (dq.has_off) return DecScoreDqQ<KB, RP, K, true, true>(qe, q, D, kr, cs, co, n0, st);
+    return DecScoreDqQ<KB, RP, K, false, true>(qe, q, D, kr, cs, co, n0, st);
+  }
+  if (dq.has_off) return DecScoreDqQ<KB, RP, K, true, false>(qe, q, D, kr, cs, co, n0, st);
+  return DecScoreDqQ<KB, RP, K, false, false>(qe, q, D, kr, cs, co, n0, st);
+}
+
+template <DecKind K, bool OFF, bool CHAN>
+inline void DecDequantQ(Elem qe, const DecTile& t, const DecDq& dq, int64_t hk, int64_t x,
+                        int64_t n0, int64_t n1, int64_t Dv, float* vb) {
+  switch (qe) {
+    case Elem::kBF16: return DecDequantRows<K, OFF, CHAN, Elem::kBF16>(t, dq, hk, x, n0, n1, Dv, vb);
+    case Elem::kF16: return DecDequantRows<K, OFF, CHAN, Elem::kF16>(t, dq, hk, x, n0, n1, Dv, vb);
+    default: return DecDequantRows<K, OFF, CHAN, Elem::kF32>(t, dq, hk, x, n0, n1, Dv, vb);
+  }
+}
+
+template <DecKind K>
+inline void DecDequantV(Elem qe, const DecTile& t, const DecDq& dq, int64_t hk, int64_t x,
+                        int64_t n0, int64_t n1, int64_t Dv, float* vb) {
+  if (dq.per_chan) {
+    if (dq.has_off) return DecDequantQ<K, true, true>(qe, t, dq, hk, x, n0, n1, Dv, vb);
+    return DecDequantQ<K, false, true>(qe, t, dq, hk, x, n0, n1, Dv, vb);
+  }
+  if (dq.has_off) return DecDequantQ<K, true, false>(qe, t, dq, hk, x, n0, n1, Dv, vb);
+  return DecDequantQ<K, false, false>(qe, t, dq, hk, x, n0, n1, Dv, vb);
+}
+
+template <int RP, DecKind KK, DecKind VK>
 void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
-  constexpr int KB = RP == 8 ? 1 : 12 / RP;  // keys per score block: 12 (RP = 8: 8) accumulators
+  // Keys per score block: 12 accumulators for bf16 K (RP = 8: 8), 8 for dequantized K (whose
+  // widening and antiquant, not the FMA chains, bound the block).
+  constexpr int KB = KK == DecKind::kBf16 ? (RP == 8 ? 1 : 12 / RP) : 8 / RP;
   const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), nh = w.n_hk;
   const int64_t D = p.d_qk, Dv = p.d_v, ldv = sc.dv_pad;
   const float scale = static_cast<float>(p.scale);
-  const Elem pe = p.q.elem;  // P is rounded to the query dtype before P * V (SPEC 2.6)
+  const Elem pe = p.q.elem;  // P (and dequantized K / V) are rounded to the query dtype
   ResetRowStates(out, w.rows(), ldv);
 
-  // Query rows as f32, [8 even | 8 odd] per 16 channels: qp[x][r][D].
+  // Query rows as f32: [8 even | 8 odd] per 16 channels for bf16 K (the split of its rows),
+  // channel order for dequantized K. qp[x][r][D].
   float* qp = sc.q;
   for (int64_t x = 0; x < nh; ++x) {
     for (int64_t r = 0; r < RP; ++r) {
@@ -344,7 +581,7 @@ void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowSta
       const int64_t h = (w.hk + x) * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
       const void* qb = p.q.Base(b);
       const int64_t qo = p.q.Offset(b, h, row, 0);
-      if (p.q.elem == Elem::kBF16 && p.q.sd == 1 && p.q.d_split == 0) {  // the split of K / V
+      if (KK == DecKind::kBf16 && p.q.elem == Elem::kBF16 && p.q.sd == 1 && p.q.d_split == 0) {
         const char* src = static_cast<const char*>(qb) + 2 * qo;
         for (int64_t d = 0; d < D; d += 16) {
           __m256 e, o;
@@ -354,18 +591,27 @@ void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowSta
         }
         continue;
       }
-      for (int64_t d = 0; d < D; ++d)
-        dst[(d & ~15) + (d & 1) * 8 + (d & 15) / 2] = cvt::Load(qb, p.q.elem, qo + DOff(p.q, d));
+      for (int64_t d = 0; d < D; ++d) {
+        const float v = cvt::Load(qb, p.q.elem, qo + DOff(p.q, d));
+        dst[KK == DecKind::kBf16 ? (d & ~15) + (d & 1) * 8 + (d & 15) / 2 : d] = v;
+      }
     }
   }
+
+  float* st = sc.kt;  // [nh][kDecMaxKeys][RP] scores, then P
+  const int64_t sst = kDecMaxKeys * RP;
+  float* kchan = st + nh * sst;          // [nh][2][D]
+  float* vchan = kchan + 2 * nh * D;     // [nh][2][Dv]
+  float* vb = vchan + 2 * nh * Dv;       // [kDecChunk][Dv]
+  DecDq kdq, vdq;
+  if constexpr (KK != DecKind::kBf16) kdq.Init(p.k.dequant, D, w.hk, nh, kchan);
+  if constexpr (VK != DecKind::kBf16) vdq.Init(p.v.dequant, Dv, w.hk, nh, vchan);
 
   // Per tile, token-major: the score blocks of all heads for each KB keys (so the cache is read
   // in token order, every head's row of a token after the other, which the memory system streams
   // ~1.6x faster than head after head), the softmax of each head, then P V in chunks of kDecChunk
   // keys for all heads (the chunk's value rows stay in L1 across the channel blocks).
-  float* st = sc.kt;  // [nh][kDecMaxKeys][RP] scores, then P
-  const int64_t sst = kDecMaxKeys * RP;
-  const int64_t kbytes = 2 * D, vbytes = 2 * Dv;
+  const int64_t kbytes = DecBytes(p.k.cache.elem, D), vbytes = DecBytes(p.v.cache.elem, Dv);
   DecTile tiles[2];
   const int64_t tile0 = w.j0 / TN * TN;
   DecResolve(p, w, tile0, &tiles[0]);
@@ -385,7 +631,10 @@ void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowSta
       for (int64_t x = 0; x < nh; ++x) {
         if (pf.Done() && !pf.v) pf.Start(&t, true, nh, vbytes, 0);
         pf.Issue(kper, pf.v ? kDecAhead : n0 + KB + kDecAhead);
-        DecScoreBlock<RP, KB>(qp + x * RP * D, D, t.k, t.kstep, x, n0, st + x * sst);
+        if constexpr (KK == DecKind::kBf16)
+          DecScoreBlock<RP, KB>(qp + x * RP * D, D, t.k, t.kstep, x, n0, st + x * sst);
+        else
+          DecScoreDq<KB, RP, KK>(pe, kdq, qp + x * RP * D, D, t, w.hk, x, n0, st + x * sst);
       }
     }
     for (int64_t x = 0; x < nh; ++x)
@@ -399,8 +648,13 @@ void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowSta
       for (int64_t x = 0; x < nh; ++x) {
         if (pf.Done() && pf.v && nt != nullptr) pf.Start(nt, false, nh, kbytes, 0);
         pf.Issue(vper, pf.v ? n1 + kDecAhead : kDecAhead);
-        DecPv<RP>(st + x * sst, t.v, t.vstep, x, n0, n1, Dv, out.acc + x * RP * out.acc_stride,
-                  out.acc_stride);
+        float* acc = out.acc + x * RP * out.acc_stride;
+        if constexpr (VK == DecKind::kBf16) {
+          DecPv<RP>(st + x * sst, t.v, t.vstep, x, n0, n1, Dv, acc, out.acc_stride);
+        } else {
+          DecDequantV<VK>(pe, t, vdq, w.hk, x, n0, n1, Dv, vb);
+          DecPvF<RP>(st + x * sst, vb, n0, n1, Dv, acc, out.acc_stride);
+        }
       }
     }
     if (nt != nullptr && (pf.t != nt || pf.v)) {  // a short tile: start the next one's keys
@@ -408,17 +662,38 @@ void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowSta
       pf.Issue(kDecAhead * klines, kDecAhead);
     }
   }
-  Unpermute16(out.acc, w.rows(), out.acc_stride, Dv);
+  if constexpr (VK == DecKind::kBf16) Unpermute16(out.acc, w.rows(), out.acc_stride, Dv);
+}
+
+template <int RP, DecKind KK>
+inline void DecRunV(DecKind vk, const Problem& p, const WorkItem& w, EngineScratch& sc,
+                    const RowStates& out) {
+  switch (vk) {
+    case DecKind::kBf16: return DecRun<RP, KK, DecKind::kBf16>(p, w, sc, out);
+    case DecKind::kI8: return DecRun<RP, KK, DecKind::kI8>(p, w, sc, out);
+    default: return DecRun<RP, KK, DecKind::kI4>(p, w, sc, out);
+  }
+}
+
+template <int RP>
+inline void DecRunK(DecKind kk, DecKind vk, const Problem& p, const WorkItem& w,
+                    EngineScratch& sc, const RowStates& out) {
+  switch (kk) {
+    case DecKind::kBf16: return DecRunV<RP, DecKind::kBf16>(vk, p, w, sc, out);
+    case DecKind::kI8: return DecRunV<RP, DecKind::kI8>(vk, p, w, sc, out);
+    default: return DecRunV<RP, DecKind::kI4>(vk, p, w, sc, out);
+  }
 }
 
 inline bool DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc,
                       const RowStates& out) {
-  if (!DecodeCan(p, w) || !DecScoresFit(sc, w)) return false;
+  DecKind kk, vk;
+  if (!DecodeCan(p, w, &kk, &vk) || sc.tmp - sc.kt < DecScratchFloats(p, w)) return false;
   switch (w.head_rows()) {
-    case 1: DecRun<1>(p, w, sc, out); break;
-    case 2: DecRun<2>(p, w, sc, out); break;
-    case 4: DecRun<4>(p, w, sc, out); break;
-    default: DecRun<8>(p, w, sc, out); break;
+    case 1: DecRunK<1>(kk, vk, p, w, sc, out); break;
+    case 2: DecRunK<2>(kk, vk, p, w, sc, out); break;
+    case 4: DecRunK<4>(kk, vk, p, w, sc, out); break;
+    default: DecRunK<8>(kk, vk, p, w, sc, out); break;
   }
   return true;
 }

@@ -607,16 +607,55 @@ TEST(Engine, Avx2Decode) {
     if (avx2) EXPECT_EQ(Avx2DecodeItems(c.problem()) > 0, g.expect) << "case " << seed;
     RunCase(s);
   }
-  CaseSpec s;  // a sliding band: the leading splits see nothing, the cut tile is generic
-  s.h_q = 32;
-  s.h_kv = 8;
-  s.d_qk = 64;
-  s.d_v = 64;
-  s.block = 64;
-  s.q_len = {1};
-  s.kv_len = {2300};
-  s.pre = 900;
-  RunCase(s);
+  {
+    CaseSpec s;  // a sliding band: the leading splits see nothing, the cut tile is generic
+    s.h_q = 32;
+    s.h_kv = 8;
+    s.d_qk = 64;
+    s.d_v = 64;
+    s.block = 64;
+    s.q_len = {1};
+    s.kv_len = {2300};
+    s.pre = 900;
+    RunCase(s);
+  }
+  // int8 / int4 K and V dequantized in registers (K) and per chunk (V): every antiquant
+  // granularity the kernel takes, with and without offsets, bf16 and float16 queries (the
+  // dequantized values round to the query dtype), paged and contiguous, 2 and 4 rows per KV head.
+  using K = Dequant::Kind;
+  struct Q {
+    Elem e, qe;
+    K kk, vk;
+    int64_t block, h_q;
+  };
+  for (const Q& q : {Q{Elem::kI8, Elem::kBF16, K::kPerToken, K::kPerToken, 32, 16},
+                     Q{Elem::kI4, Elem::kBF16, K::kPerChannel, K::kPerToken, 0, 16},
+                     Q{Elem::kI8, Elem::kF16, K::kPerTokenHead, K::kPerChannel, 0, 8},
+                     Q{Elem::kI4, Elem::kF16, K::kPerTensor, K::kPerTokenHead, 16, 16},
+                     Q{Elem::kI8, Elem::kBF16, K::kPerChannel, K::kPerTensor, 48, 8}}) {
+    CaseSpec s;
+    s.qe = s.oe = q.qe;
+    s.h_q = q.h_q;
+    s.h_kv = 4;
+    s.d_qk = 64;
+    s.d_v = 48;
+    s.block = q.block;
+    s.batch = 2;
+    s.q_len = {1, 1};
+    s.kv_len = {1300, 45};
+    s.seed = ++seed;
+    std::vector<std::vector<uint8_t>> keep;
+    const auto quantize = [&](Case& c) {
+      std::mt19937 rng(seed);
+      Problem& p = c.problem();
+      Quantize(p, p.k, s.d_qk, q.e, q.kk, seed % 2 == 0, 1.f, keep, rng);
+      Quantize(p, p.v, s.d_v, q.e, q.vk, seed % 3 != 0, 1.f, keep, rng);
+    };
+    Case c(s);
+    quantize(c);
+    if (avx2) EXPECT_GT(Avx2DecodeItems(c.problem()), 0) << "case " << seed;
+    RunCase(s, quantize, false);
+  }
 }
 
 TEST(Engine, LargeScoresStayFinite) {
