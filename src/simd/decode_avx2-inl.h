@@ -209,7 +209,9 @@ struct DecPrefetcher {
     if (t == nullptr) return;
     n_end = std::min(n_end, t->nk);
     while (lines > 0 && n < n_end) {
-      for (; lines > 0 && cur < end; --lines, cur += 64) _mm_prefetch(cur, _MM_HINT_T0);
+      // Non-temporal: into L1 without displacing L2 (every line is read within a few
+      // microseconds, then never again): 2 threads 1.1x over T0, T1 between (D1's shape).
+      for (; lines > 0 && cur < end; --lines, cur += 64) _mm_prefetch(cur, _MM_HINT_NTA);
       if (cur >= end) {
         if (++x == n_hk) {
           x = 0;
@@ -398,18 +400,21 @@ inline void DecSoftmax(float* st, int64_t nk, float scale, Elem pe, float* m, fl
 }
 
 // acc rows [r0, r0 + RB) x channel groups [g0, g0 + NG) (16 channels each, [8 even | 8 odd])
-// += P V over keys [n0, n1); P key-major at stride RP; value rows vr[n] (this head's).
-template <int RB, int NG, int RP>
+// += P V over keys [n0, n1); P key-major at stride RP; value rows vr[n] (this head's). NK > 0:
+// n1 - n0 == NK, the key loop unrolled.
+template <int RB, int NG, int RP, int NK>
 __attribute__((always_inline)) inline void DecPvBlock(const float* pk, int64_t r0,
                                                       const char* const* vr, int64_t n0,
                                                       int64_t n1, int64_t g0, float* acc,
                                                       int64_t lda) {
+  if constexpr (NK > 0) n1 = n0 + NK;
   __m256 a[RB][2 * NG];
   OPENFIA_UNROLL
   for (int r = 0; r < RB; ++r)
     OPENFIA_UNROLL
     for (int j = 0; j < 2 * NG; ++j)
       a[r][j] = _mm256_loadu_ps(acc + (r0 + r) * lda + 16 * g0 + 8 * j);
+  OPENFIA_UNROLL
   for (int64_t n = n0; n < n1; ++n) {
     __m256 v[2 * NG];
     OPENFIA_UNROLL
@@ -438,26 +443,35 @@ inline void DecPv(const float* pk, const char* const* vrow, const int64_t* step,
   constexpr int RB = RP < 4 ? RP : 4;  // rows per block
   constexpr int NG = 4 / RB;           // 16-channel groups per block: 8 accumulators
   const int64_t ng = Dv / 16;
+  const bool whole = n1 - n0 == kDecChunk;
   for (int64_t r0 = 0; r0 < RP; r0 += RB) {
     int64_t g = 0;
-    for (; g + NG <= ng; g += NG) DecPvBlock<RB, NG, RP>(pk, r0, vr, n0, n1, g, acc, lda);
-    for (; g < ng; ++g) DecPvBlock<RB, 1, RP>(pk, r0, vr, n0, n1, g, acc, lda);
+    if (whole) {
+      for (; g + NG <= ng; g += NG)
+        DecPvBlock<RB, NG, RP, kDecChunk>(pk, r0, vr, n0, n1, g, acc, lda);
+      for (; g < ng; ++g) DecPvBlock<RB, 1, RP, kDecChunk>(pk, r0, vr, n0, n1, g, acc, lda);
+    } else {
+      for (; g + NG <= ng; g += NG) DecPvBlock<RB, NG, RP, 0>(pk, r0, vr, n0, n1, g, acc, lda);
+      for (; g < ng; ++g) DecPvBlock<RB, 1, RP, 0>(pk, r0, vr, n0, n1, g, acc, lda);
+    }
   }
 }
 
 // acc rows [r0, r0 + RB) x channels [16 g0, 16 (g0 + NG)) += P V over keys [n0, n1) of the
-// dequantized fp32 rows vb (row n at vb + (n - n0) * Dv), channel order.
-template <int RB, int NG, int RP>
+// dequantized fp32 rows vb (row n at vb + (n - n0) * Dv), channel order. NK as DecPvBlock.
+template <int RB, int NG, int RP, int NK>
 __attribute__((always_inline)) inline void DecPvBlockF(const float* pk, int64_t r0,
                                                        const float* vb, int64_t Dv, int64_t n0,
                                                        int64_t n1, int64_t g0, float* acc,
                                                        int64_t lda) {
+  if constexpr (NK > 0) n1 = n0 + NK;
   __m256 a[RB][2 * NG];
   OPENFIA_UNROLL
   for (int r = 0; r < RB; ++r)
     OPENFIA_UNROLL
     for (int j = 0; j < 2 * NG; ++j)
       a[r][j] = _mm256_loadu_ps(acc + (r0 + r) * lda + 16 * g0 + 8 * j);
+  OPENFIA_UNROLL
   for (int64_t n = n0; n < n1; ++n) {
     __m256 v[2 * NG];
     OPENFIA_UNROLL
@@ -482,10 +496,18 @@ inline void DecPvF(const float* pk, const float* vb, int64_t n0, int64_t n1, int
   constexpr int RB = RP < 4 ? RP : 4;
   constexpr int NG = 4 / RB;
   const int64_t ng = Dv / 16;
+  const bool whole = n1 - n0 == kDecChunk;
   for (int64_t r0 = 0; r0 < RP; r0 += RB) {
     int64_t g = 0;
-    for (; g + NG <= ng; g += NG) DecPvBlockF<RB, NG, RP>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
-    for (; g < ng; ++g) DecPvBlockF<RB, 1, RP>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
+    if (whole) {
+      for (; g + NG <= ng; g += NG)
+        DecPvBlockF<RB, NG, RP, kDecChunk>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
+      for (; g < ng; ++g) DecPvBlockF<RB, 1, RP, kDecChunk>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
+    } else {
+      for (; g + NG <= ng; g += NG)
+        DecPvBlockF<RB, NG, RP, 0>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
+      for (; g < ng; ++g) DecPvBlockF<RB, 1, RP, 0>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
+    }
   }
 }
 
