@@ -98,6 +98,54 @@ __attribute__((target("avx512f,avx512bw"))) void ScaleRowAvx512(const float* acc
   }
 }
 
+// ScaleRowAvx512 with 8 lanes, for the AVX2 table (the same operations, bitwise the same).
+__attribute__((target("avx2"))) void ScaleRowAvx2(const float* acc, int64_t n, float factor,
+                                                  float denom, bool bf16, void* out) {
+  const __m256 f = _mm256_set1_ps(factor), dn = _mm256_set1_ps(denom);
+  int64_t d = 0;
+  if (!bf16) {
+    float* dst = static_cast<float*>(out);
+    for (; d + 8 <= n; d += 8)
+      _mm256_storeu_ps(dst + d, _mm256_div_ps(_mm256_mul_ps(_mm256_loadu_ps(acc + d), f), dn));
+    for (; d < n; ++d) dst[d] = acc[d] * factor / denom;
+    return;
+  }
+  uint16_t* dst = static_cast<uint16_t*>(out);
+  const __m256i bias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  for (; d + 8 <= n; d += 8) {
+    const __m256i u = _mm256_castps_si256(
+        _mm256_div_ps(_mm256_mul_ps(_mm256_loadu_ps(acc + d), f), dn));
+    const __m256i hi = _mm256_srli_epi32(u, 16);
+    const __m256i rne =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(hi, one)),
+                          16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    const __m256i r = _mm256_blendv_epi8(rne, _mm256_or_si256(hi, quiet), nan);
+    // 8 x 32-bit lanes holding 16-bit values -> 8 x 16 bits (values < 2^16: no saturation).
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d), packed);
+  }
+  for (; d < n; ++d) {
+    const float x = acc[d] * factor / denom;
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t qnan = (u >> 16) | 0x40u;
+    dst[d] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? qnan : rne);
+  }
+}
+
+__attribute__((target("avx2"))) void AxpyAvx2(float ws, const float* src, float* dst, int64_t n) {
+  const __m256 w = _mm256_set1_ps(ws);
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8)
+    _mm256_storeu_ps(dst + d, _mm256_add_ps(_mm256_loadu_ps(dst + d),
+                                            _mm256_mul_ps(w, _mm256_loadu_ps(src + d))));
+  for (; d < n; ++d) dst[d] += ws * src[d];
+}
+
 // dst[d] += ws * src[d] (a product, then a sum: the scalar loop's operations).
 __attribute__((target("avx512f"))) void AxpyAvx512(float ws, const float* src, float* dst,
                                                    int64_t n) {
@@ -110,19 +158,20 @@ __attribute__((target("avx512f"))) void AxpyAvx512(float ws, const float* src, f
 }
 #endif
 
-// Whether the AVX-512 row helpers above may run: the active kernels are AVX-512 (or AMX) ones.
-bool WideRows() {
+// Which vector row helpers above may run: 16 (AVX-512) when the active kernels are AVX-512 or
+// AMX ones, 8 (AVX2) under the AVX2 table, 0 (the scalar loops) otherwise.
+int WideRows() {
 #if defined(OPENFIA_ENGINE_AVX512)
   const std::string name = ActiveKernels().name;
-  return name == "avx512" || name == "amx";
-#else
-  return false;
+  if (name == "avx512" || name == "amx") return 16;
+  if (name == "avx2") return 8;
 #endif
+  return 0;
 }
 
 // Writes the final output row (b, h, query i) from its merged state.
 void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRow& st,
-              const float* acc, bool wide = false) {
+              const float* acc, int wide = 0) {
   const float sink = p.sinks ? p.sinks[h] : std::numeric_limits<float>::quiet_NaN();
   RowFinal f;
   const bool any = FinalizeSoftmax(st, sink, &f);
@@ -134,9 +183,10 @@ void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRo
   if (!quant && p.out_sd == 1 && (p.out_elem == Elem::kF32 || p.out_elem == Elem::kBF16)) {
     const float factor = f.factor, denom = f.denom;
 #if defined(OPENFIA_ENGINE_AVX512)
-    if (wide && any) {
-      ScaleRowAvx512(acc, p.d_v, factor, denom, p.out_elem == Elem::kBF16,
-                     static_cast<char*>(p.out) + o * (p.out_elem == Elem::kF32 ? 4 : 2));
+    if (wide != 0 && any) {
+      void* dst = static_cast<char*>(p.out) + o * (p.out_elem == Elem::kF32 ? 4 : 2);
+      if (wide == 16) ScaleRowAvx512(acc, p.d_v, factor, denom, p.out_elem == Elem::kBF16, dst);
+      else ScaleRowAvx2(acc, p.d_v, factor, denom, p.out_elem == Elem::kBF16, dst);
       if (p.lse) p.lse[b * p.lse_sb + h * p.lse_sh + row * p.lse_ss] = f.lse;
       return;
     }
@@ -375,8 +425,12 @@ class ItemRunner {
           const float* src = split_acc_ + sr * dv_pad_;
           float* dst = acc.data();
 #if defined(OPENFIA_ENGINE_AVX512)
-          if (wide_) {
+          if (wide_ == 16) {
             AxpyAvx512(ws, src, dst, n);
+            continue;
+          }
+          if (wide_ == 8) {
+            AxpyAvx2(ws, src, dst, n);
             continue;
           }
 #endif
@@ -395,7 +449,7 @@ class ItemRunner {
  private:
   const Problem& p_;
   const KernelTable& k_;
-  const bool wide_;         // WideRows()
+  const int wide_;         // WideRows()
   const int64_t dv_pad_;  // row stride of the accumulators (AccStride)
   const int64_t max_rows_;  // MaxItemRows(p): rows of the per-worker row states
   std::vector<ScratchBuffer*> scratch_;  // per worker: a thread's kept one or own_scratch_
@@ -435,6 +489,7 @@ void RunEngine(const Problem& p) {
   for (int64_t i = 0; i < static_cast<int64_t>(plan.items.size()); ++i)
     if (plan.items[i].n_split > 1 && plan.items[i].split == 0) firsts.push_back(i);
   const int64_t dv_pad = run.dv_pad();
+  const int wide = WideRows();
   ParallelFor(static_cast<int64_t>(firsts.size()), [&](int64_t gi, int) {
     const int64_t first = firsts[gi];
     const WorkItem& w0 = plan.items[first];
@@ -447,7 +502,8 @@ void RunEngine(const Problem& p) {
         MergeSoftmax(st, acc.data(), SoftmaxRow{run.split_m()[sr], run.split_l()[sr]},
                      run.split_acc() + sr * dv_pad, p.d_v);
       }
-      Epilogue(p, w0.b, w0.hk * p.group() + w0.g0 + r / nq, w0.i0 + r % nq, st, acc.data());
+      Epilogue(p, w0.b, w0.hk * p.group() + w0.g0 + r / nq, w0.i0 + r % nq, st, acc.data(),
+               wide);
     }
   });
 }

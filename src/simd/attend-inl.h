@@ -66,6 +66,17 @@ inline typename V::T LoadRow(const Operand& o, bool contig, const void* base, in
   return V::Load(t);
 }
 
+// dst[d] = channel d of the row at element offset `off` of `base` (operand o), d < n, as f32:
+// whole vectors where the channels are contiguous (a scalar conversion per element cost a
+// quarter of a SparseAttnSharedkv prefill, whose items attend each query row to ~145 keys).
+inline void LoadRowF32(const Operand& o, const void* base, int64_t off, int64_t n, float* dst) {
+  const bool contig = VecContiguous(o);
+  int64_t d = 0;
+  if (contig)
+    for (; d + W <= n; d += W) V::Store(dst + d, LoadRow(o, true, base, off, d));
+  for (; d < n; ++d) dst[d] = cvt::Load(base, o.elem, off + DOff(o, d));
+}
+
 // Where logical key j of batch b, KV head hk lives in `kv` (SEMANTICS 1.7 / 1.10). coord gets the
 // dequant coordinates (problem.h Dequant): storage (b, s), or (batch, token position) when the
 // cache's scales are `logical`.
@@ -865,15 +876,10 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
     float* dst = sc.q + r * ldq;
-    const void* qb = p.q.Base(b);
-    const int64_t qo = p.q.Offset(b, h, row, 0);
-    for (int64_t d = 0; d < p.d_qk; ++d) dst[d] = cvt::Load(qb, p.q.elem, qo + DOff(p.q, d));
-    if (p.d_rope > 0) {
-      const void* rb = p.q_rope.Base(b);
-      const int64_t ro = p.q_rope.Offset(b, h, row, 0);
-      for (int64_t d = 0; d < p.d_rope; ++d)
-        dst[p.d_qk + d] = cvt::Load(rb, p.q_rope.elem, ro + DOff(p.q_rope, d));
-    }
+    LoadRowF32(p.q, p.q.Base(b), p.q.Offset(b, h, row, 0), p.d_qk, dst);
+    if (p.d_rope > 0)
+      LoadRowF32(p.q_rope, p.q_rope.Base(b), p.q_rope.Offset(b, h, row, 0), p.d_rope,
+                 dst + p.d_qk);
   }
 
   // The KV operands the tile loop reads: with a second key source (SparseAttnSharedkv) its keys
