@@ -399,14 +399,31 @@ inline void DecSoftmax(float* st, int64_t nk, float scale, Elem pe, float* m, fl
   }
 }
 
-// acc rows [r0, r0 + RB) x channel groups [g0, g0 + NG) (16 channels each, [8 even | 8 odd])
-// += P V over keys [n0, n1); P key-major at stride RP; value rows vr[n] (this head's). NK > 0:
-// n1 - n0 == NK, the key loop unrolled.
-template <int RB, int NG, int RP, int NK>
+// Where P V reads its value rows: bf16 rows of the cache (split into [8 even | 8 odd] per 16
+// channels, the accumulators' order then), or dequantized fp32 rows in channel order.
+struct DecBf16Rows {
+  const char* const* vr;  // value row of key n (this head's)
+  __attribute__((always_inline)) void operator()(int64_t n, int64_t g, __m256* e, __m256* o) const {
+    DecSplit(vr[n] + 32 * g, e, o);
+  }
+};
+struct DecF32Rows {
+  const float* vb;  // row n at vb + (n - n0) * Dv
+  int64_t n0, Dv;
+  __attribute__((always_inline)) void operator()(int64_t n, int64_t g, __m256* lo, __m256* hi) const {
+    const float* r = vb + (n - n0) * Dv + 16 * g;
+    *lo = _mm256_loadu_ps(r);
+    *hi = _mm256_loadu_ps(r + 8);
+  }
+};
+
+// acc rows [r0, r0 + RB) x channel groups [g0, g0 + NG) (16 channels each, in the rows' order)
+// += P V over keys [n0, n1); P key-major at stride RP. NK > 0: n1 - n0 == NK, the key loop
+// unrolled.
+template <int RB, int NG, int RP, int NK, class Rows>
 __attribute__((always_inline)) inline void DecPvBlock(const float* pk, int64_t r0,
-                                                      const char* const* vr, int64_t n0,
-                                                      int64_t n1, int64_t g0, float* acc,
-                                                      int64_t lda) {
+                                                      const Rows& rows, int64_t n0, int64_t n1,
+                                                      int64_t g0, float* acc, int64_t lda) {
   if constexpr (NK > 0) n1 = n0 + NK;
   __m256 a[RB][2 * NG];
   OPENFIA_UNROLL
@@ -418,7 +435,7 @@ __attribute__((always_inline)) inline void DecPvBlock(const float* pk, int64_t r
   for (int64_t n = n0; n < n1; ++n) {
     __m256 v[2 * NG];
     OPENFIA_UNROLL
-    for (int g = 0; g < NG; ++g) DecSplit(vr[n] + 32 * (g0 + g), &v[2 * g], &v[2 * g + 1]);
+    for (int g = 0; g < NG; ++g) rows(n, g0 + g, &v[2 * g], &v[2 * g + 1]);
     OPENFIA_UNROLL
     for (int r = 0; r < RB; ++r) {
       const __m256 pb = _mm256_broadcast_ss(pk + n * RP + r0 + r);
@@ -433,13 +450,10 @@ __attribute__((always_inline)) inline void DecPvBlock(const float* pk, int64_t r
       _mm256_storeu_ps(acc + (r0 + r) * lda + 16 * g0 + 8 * j, a[r][j]);
 }
 
-// acc (RP rows of head x) += P V over keys [n0, n1) (at most kDecChunk) of value rows
-// vrow[n] + x * step[n].
-template <int RP>
-inline void DecPv(const float* pk, const char* const* vrow, const int64_t* step, int64_t x,
-                  int64_t n0, int64_t n1, int64_t Dv, float* acc, int64_t lda) {
-  const char* vr[kDecMaxKeys];
-  for (int64_t n = n0; n < n1; ++n) vr[n] = vrow[n] + x * step[n];
+// acc (RP rows of one head) += P V over keys [n0, n1) (at most kDecChunk) of `rows`.
+template <int RP, class Rows>
+inline void DecPv(const float* pk, const Rows& rows, int64_t n0, int64_t n1, int64_t Dv,
+                  float* acc, int64_t lda) {
   constexpr int RB = RP < 4 ? RP : 4;  // rows per block
   constexpr int NG = 4 / RB;           // 16-channel groups per block: 8 accumulators
   const int64_t ng = Dv / 16;
@@ -448,65 +462,11 @@ inline void DecPv(const float* pk, const char* const* vrow, const int64_t* step,
     int64_t g = 0;
     if (whole) {
       for (; g + NG <= ng; g += NG)
-        DecPvBlock<RB, NG, RP, kDecChunk>(pk, r0, vr, n0, n1, g, acc, lda);
-      for (; g < ng; ++g) DecPvBlock<RB, 1, RP, kDecChunk>(pk, r0, vr, n0, n1, g, acc, lda);
+        DecPvBlock<RB, NG, RP, kDecChunk>(pk, r0, rows, n0, n1, g, acc, lda);
+      for (; g < ng; ++g) DecPvBlock<RB, 1, RP, kDecChunk>(pk, r0, rows, n0, n1, g, acc, lda);
     } else {
-      for (; g + NG <= ng; g += NG) DecPvBlock<RB, NG, RP, 0>(pk, r0, vr, n0, n1, g, acc, lda);
-      for (; g < ng; ++g) DecPvBlock<RB, 1, RP, 0>(pk, r0, vr, n0, n1, g, acc, lda);
-    }
-  }
-}
-
-// acc rows [r0, r0 + RB) x channels [16 g0, 16 (g0 + NG)) += P V over keys [n0, n1) of the
-// dequantized fp32 rows vb (row n at vb + (n - n0) * Dv), channel order. NK as DecPvBlock.
-template <int RB, int NG, int RP, int NK>
-__attribute__((always_inline)) inline void DecPvBlockF(const float* pk, int64_t r0,
-                                                       const float* vb, int64_t Dv, int64_t n0,
-                                                       int64_t n1, int64_t g0, float* acc,
-                                                       int64_t lda) {
-  if constexpr (NK > 0) n1 = n0 + NK;
-  __m256 a[RB][2 * NG];
-  OPENFIA_UNROLL
-  for (int r = 0; r < RB; ++r)
-    OPENFIA_UNROLL
-    for (int j = 0; j < 2 * NG; ++j)
-      a[r][j] = _mm256_loadu_ps(acc + (r0 + r) * lda + 16 * g0 + 8 * j);
-  OPENFIA_UNROLL
-  for (int64_t n = n0; n < n1; ++n) {
-    __m256 v[2 * NG];
-    OPENFIA_UNROLL
-    for (int j = 0; j < 2 * NG; ++j) v[j] = _mm256_loadu_ps(vb + (n - n0) * Dv + 16 * g0 + 8 * j);
-    OPENFIA_UNROLL
-    for (int r = 0; r < RB; ++r) {
-      const __m256 pb = _mm256_broadcast_ss(pk + n * RP + r0 + r);
-      OPENFIA_UNROLL
-      for (int j = 0; j < 2 * NG; ++j) a[r][j] = _mm256_fmadd_ps(pb, v[j], a[r][j]);
-    }
-  }
-  OPENFIA_UNROLL
-  for (int r = 0; r < RB; ++r)
-    OPENFIA_UNROLL
-    for (int j = 0; j < 2 * NG; ++j)
-      _mm256_storeu_ps(acc + (r0 + r) * lda + 16 * g0 + 8 * j, a[r][j]);
-}
-
-template <int RP>
-inline void DecPvF(const float* pk, const float* vb, int64_t n0, int64_t n1, int64_t Dv,
-                   float* acc, int64_t lda) {
-  constexpr int RB = RP < 4 ? RP : 4;
-  constexpr int NG = 4 / RB;
-  const int64_t ng = Dv / 16;
-  const bool whole = n1 - n0 == kDecChunk;
-  for (int64_t r0 = 0; r0 < RP; r0 += RB) {
-    int64_t g = 0;
-    if (whole) {
-      for (; g + NG <= ng; g += NG)
-        DecPvBlockF<RB, NG, RP, kDecChunk>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
-      for (; g < ng; ++g) DecPvBlockF<RB, 1, RP, kDecChunk>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
-    } else {
-      for (; g + NG <= ng; g += NG)
-        DecPvBlockF<RB, NG, RP, 0>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
-      for (; g < ng; ++g) DecPvBlockF<RB, 1, RP, 0>(pk, r0, vb, Dv, n0, n1, g, acc, lda);
+      for (; g + NG <= ng; g += NG) DecPvBlock<RB, NG, RP, 0>(pk, r0, rows, n0, n1, g, acc, lda);
+      for (; g < ng; ++g) DecPvBlock<RB, 1, RP, 0>(pk, r0, rows, n0, n1, g, acc, lda);
     }
   }
 }
@@ -672,10 +632,12 @@ void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowSta
         pf.Issue(vper, pf.v ? n1 + kDecAhead : kDecAhead);
         float* acc = out.acc + x * RP * out.acc_stride;
         if constexpr (VK == DecKind::kBf16) {
-          DecPv<RP>(st + x * sst, t.v, t.vstep, x, n0, n1, Dv, acc, out.acc_stride);
+          const char* vr[kDecMaxKeys];
+          for (int64_t n = n0; n < n1; ++n) vr[n] = t.v[n] + x * t.vstep[n];
+          DecPv<RP>(st + x * sst, DecBf16Rows{vr}, n0, n1, Dv, acc, out.acc_stride);
         } else {
           DecDequantV<VK>(pe, t, vdq, w.hk, x, n0, n1, Dv, vb);
-          DecPvF<RP>(st + x * sst, vb, n0, n1, Dv, acc, out.acc_stride);
+          DecPv<RP>(st + x * sst, DecF32Rows{vb, n0, Dv}, n0, n1, Dv, acc, out.acc_stride);
         }
       }
     }

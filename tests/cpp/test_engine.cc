@@ -471,11 +471,14 @@ TEST(Engine, Antiquant) {
 }
 
 // Plan items of `p` the AMX decode kernel runs (0 when AMX is not compiled or not granted).
-int64_t AmxDecodeItems(const Problem& p) {
+// Items of p's plan that `runs` (a kernel's own predicate) says the kernel takes.
+int64_t CountItems(const Problem& p, bool (*runs)(const Problem&, const WorkItem&)) {
   int64_t n = 0;
-  for (const WorkItem& w : MakePlan(p).items) n += OpenfiaAmxDecodeCan(p, w) ? 1 : 0;
+  for (const WorkItem& w : MakePlan(p).items) n += runs(p, w) ? 1 : 0;
   return n;
 }
+
+int64_t AmxDecodeItems(const Problem& p) { return CountItems(p, OpenfiaAmxDecodeCan); }
 
 // The AMX decode kernel (decode_amx.cc) on multi-head decode items: bf16 K/V read straight from
 // the cache rows (contiguous, paged with 16-aligned blocks) or gathered (odd blocks, partial
@@ -561,11 +564,7 @@ TEST(Engine, AmxDecode) {
   }
 }
 
-int64_t Avx2DecodeItems(const Problem& p) {
-  int64_t n = 0;
-  for (const WorkItem& w : MakePlan(p).items) n += Avx2DecodeRunsItem(p, w) ? 1 : 0;
-  return n;
-}
+int64_t Avx2DecodeItems(const Problem& p) { return CountItems(p, Avx2DecodeRunsItem); }
 
 // The AVX2 decode kernel (decode_avx2-inl.h): bf16 K/V split into even / odd channels in
 // registers, key-major scores and softmax, token-order reads across the item's KV heads. 1, 2, 4
