@@ -142,7 +142,7 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   s.dv_pad = (p.d_v + 15) / 16 * 16;
   const int64_t rows = MaxItemRows(p);
   const int64_t nq = rows * s.dk_pad, nkt = s.dk * kTileKeys + 16,
-                nv = kTileKeys * s.dv_pad, ns = rows * kTileKeys,
+                nv = kTileKeys * PackedVStride(s.dv_pad), ns = rows * kTileKeys,
                 nt = rows + 2 * s.dv_pad + 64;
   // 16 floats of slack: the buffers start on a cache line (each is a multiple of 16 floats
   // long), whatever the allocator returns; a tile row straddling two lines costs two loads.

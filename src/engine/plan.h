@@ -73,6 +73,11 @@ int64_t MaxItemRows(const Problem& p);
 // Builds the work list of p (deterministic; depends on p only).
 Plan MakePlan(const Problem& p);
 
+// Row stride (floats) of the generic loop's packed V tile for dv_pad channels: one cache line
+// more when the rows would be a multiple of 256 bytes apart, so the 64 rows of a tile do not
+// fall into a few L1 sets (P V reads a 16-channel column of all of them per register block).
+inline int64_t PackedVStride(int64_t dv_pad) { return dv_pad % 64 == 0 ? dv_pad + 16 : dv_pad; }
+
 // Per-worker buffers sized for the problem (allocated by the engine before the parallel loop;
 // kernels never allocate). Row pointers: where each key of the current tile lives.
 struct EngineScratch {
@@ -81,7 +86,7 @@ struct EngineScratch {
   int64_t dv_pad = 0;  // d_v rounded up to 16
   float* q = nullptr;       // [kMaxRows, dk_pad] packed query rows (f32)
   float* kt = nullptr;      // [dk, kTileKeys] packed key tile, transposed
-  float* v = nullptr;       // [kTileKeys, dv_pad] packed value tile
+  float* v = nullptr;       // [kTileKeys, PackedVStride(dv_pad)] packed value tile
   float* s = nullptr;       // [kMaxRows, kTileKeys] scores, then probabilities
   float* tmp = nullptr;     // [kMaxRows + 2 * dv_pad + 64] per-row temporaries
   uint8_t* vis = nullptr;   // [kMaxRows, kTileKeys] visibility of boundary tiles

@@ -672,9 +672,9 @@ inline void Scores(const float* q, int64_t ldq, int64_t rows, const float* kt, i
   ScoreTail<kRB - 1>(rows - r0, q + r0 * ldq, ldq, kt, D, npad, s + r0 * TN);
 }
 
-// acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * v[n * ldv + c], R rows, C vectors of channels.
+// acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * v[n * vs + c], R rows, C vectors of channels.
 template <int R, int C>
-inline void PvBlock(const float* p, const float* v, int64_t ldv, int64_t nk, float* acc,
+inline void PvBlock(const float* p, const float* v, int64_t vs, int64_t nk, float* acc,
                     int64_t lda) {
   typename V::T a[R][C];
   OPENFIA_UNROLL
@@ -684,7 +684,7 @@ inline void PvBlock(const float* p, const float* v, int64_t ldv, int64_t nk, flo
   for (int64_t n = 0; n < nk; ++n) {
     typename V::T x[C];
     OPENFIA_UNROLL
-    for (int c = 0; c < C; ++c) x[c] = V::Load(v + n * ldv + c * W);
+    for (int c = 0; c < C; ++c) x[c] = V::Load(v + n * vs + c * W);
     OPENFIA_UNROLL
     for (int r = 0; r < R; ++r) {
       const typename V::T pb = V::Set1(p[r * TN + n]);
@@ -699,32 +699,34 @@ inline void PvBlock(const float* p, const float* v, int64_t ldv, int64_t nk, flo
 }
 
 template <int R>
-inline void PvRows(const float* p, const float* v, int64_t ldv, int64_t nk, float* acc,
-                   int64_t lda) {
+inline void PvRows(const float* p, const float* v, int64_t vs, int64_t ldv, int64_t nk,
+                   float* acc, int64_t lda) {
   int64_t c0 = 0;
-  for (; c0 + kCB * W <= ldv; c0 += kCB * W) PvBlock<R, kCB>(p, v + c0, ldv, nk, acc + c0, lda);
-  for (; c0 < ldv; c0 += W) PvBlock<R, 1>(p, v + c0, ldv, nk, acc + c0, lda);
+  for (; c0 + kCB * W <= ldv; c0 += kCB * W) PvBlock<R, kCB>(p, v + c0, vs, nk, acc + c0, lda);
+  for (; c0 < ldv; c0 += W) PvBlock<R, 1>(p, v + c0, vs, nk, acc + c0, lda);
 }
 
 template <int R>
-inline void PvTail(int64_t rem, const float* p, const float* v, int64_t ldv, int64_t nk,
-                   float* acc, int64_t lda) {
+inline void PvTail(int64_t rem, const float* p, const float* v, int64_t vs, int64_t ldv,
+                   int64_t nk, float* acc, int64_t lda) {
   if constexpr (R > 0) {
-    if (rem == R) return PvRows<R>(p, v, ldv, nk, acc, lda);
-    PvTail<R - 1>(rem, p, v, ldv, nk, acc, lda);
+    if (rem == R) return PvRows<R>(p, v, vs, ldv, nk, acc, lda);
+    PvTail<R - 1>(rem, p, v, vs, ldv, nk, acc, lda);
   }
 }
 
-inline void Pv(const float* p, int64_t rows, const float* v, int64_t ldv, int64_t nk, float* acc,
-               int64_t lda) {
+// v rows at stride vs, ldv channels.
+inline void Pv(const float* p, int64_t rows, const float* v, int64_t vs, int64_t ldv, int64_t nk,
+               float* acc, int64_t lda) {
   int64_t r0 = 0;
-  for (; r0 + kRB <= rows; r0 += kRB) PvRows<kRB>(p + r0 * TN, v, ldv, nk, acc + r0 * lda, lda);
-  PvTail<kRB - 1>(rows - r0, p + r0 * TN, v, ldv, nk, acc + r0 * lda, lda);
+  for (; r0 + kRB <= rows; r0 += kRB)
+    PvRows<kRB>(p + r0 * TN, v, vs, ldv, nk, acc + r0 * lda, lda);
+  PvTail<kRB - 1>(rows - r0, p + r0 * TN, v, vs, ldv, nk, acc + r0 * lda, lda);
 }
 
 // Boundary tile with non-finite values: a masked cell must contribute nothing (not 0 * NaN).
 inline void PvMasked(const float* p, int64_t rows, const uint8_t* vis, int64_t nq, const float* v,
-                     int64_t ldv, int64_t nk, float* acc, int64_t lda) {
+                     int64_t vs, int64_t ldv, int64_t nk, float* acc, int64_t lda) {
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* vr = vis + (r % nq) * TN;
     for (int64_t n = 0; n < nk; ++n) {
@@ -732,7 +734,7 @@ inline void PvMasked(const float* p, int64_t rows, const uint8_t* vis, int64_t n
       const typename V::T pb = V::Set1(p[r * TN + n]);
       for (int64_t c = 0; c < ldv; c += W)
         V::Store(acc + r * lda + c,
-                 V::Fma(pb, V::Load(v + n * ldv + c), V::Load(acc + r * lda + c)));
+                 V::Fma(pb, V::Load(v + n * vs + c), V::Load(acc + r * lda + c)));
     }
   }
 }
@@ -863,6 +865,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
+  const int64_t vs = PackedVStride(ldv);  // row stride of the packed V tile
   const float scale = static_cast<float>(p.scale);
   const Elem pe = p.q.elem;  // P is rounded to the query dtype before P * V (SPEC 2.6)
   const ItemOrigins org = OriginsOf(p, b);
@@ -966,14 +969,14 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         for (int64_t n = 0; n < nk; ++n) fast.row[n] = sc.kt + n * D;
         for (int64_t k = 0; k * W < D; ++k) fast.doff[k] = k * W;
         StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s);
-        PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq, &dq_rows);
+        PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
       } else {
         PackKT(Kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
         if (p.d_rope > 0)
           PackKT(Rx, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
                  &dq_rows);
-        PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, ldv, sc.v, &fast, vdq, &dq_rows);
-        v_bad = !full && AnyNonFinite(sc.v, nk, ldv);
+        PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
+        v_bad = !full && AnyNonFinite(sc.v, nk, vs);
         Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
       }
 
@@ -1033,9 +1036,9 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
             break;
         }
       } else if (!full && v_bad) {
-        PvMasked(sc.s, hrows, sc.vis, nq, sc.v, ldv, nk, o.acc, o.acc_stride);
+        PvMasked(sc.s, hrows, sc.vis, nq, sc.v, vs, ldv, nk, o.acc, o.acc_stride);
       } else {
-        Pv(sc.s, hrows, sc.v, ldv, nk, o.acc, o.acc_stride);
+        Pv(sc.s, hrows, sc.v, vs, ldv, nk, o.acc, o.acc_stride);
       }
     }
   }
