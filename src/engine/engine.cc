@@ -98,12 +98,24 @@ __attribute__((target("avx512f,avx512bw"))) void ScaleRowAvx512(const float* acc
   }
 }
 
-// ScaleRowAvx512 with 8 lanes, for the AVX2 table (the same operations, bitwise the same).
-__attribute__((target("avx2"))) void ScaleRowAvx2(const float* acc, int64_t n, float factor,
-                                                  float denom, bool bf16, void* out) {
+// ScaleRowAvx512 with 8 lanes, for the AVX2 table (the same operations, bitwise the same), and
+// float16 rows through F16C (VCVTPS2PH rounds to nearest even and quiets NaNs keeping the top
+// payload bits, exactly as cvt::F32ToF16).
+__attribute__((target("avx2,f16c"))) void ScaleRowAvx2(const float* acc, int64_t n, float factor,
+                                                       float denom, Elem e, void* out) {
   const __m256 f = _mm256_set1_ps(factor), dn = _mm256_set1_ps(denom);
   int64_t d = 0;
-  if (!bf16) {
+  if (e == Elem::kF16) {
+    uint16_t* dst = static_cast<uint16_t*>(out);
+    for (; d + 8 <= n; d += 8) {
+      const __m256 x = _mm256_div_ps(_mm256_mul_ps(_mm256_loadu_ps(acc + d), f), dn);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d),
+                       _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; d < n; ++d) dst[d] = cvt::F32ToF16(acc[d] * factor / denom);
+    return;
+  }
+  if (e == Elem::kF32) {
     float* dst = static_cast<float*>(out);
     for (; d + 8 <= n; d += 8)
       _mm256_storeu_ps(dst + d, _mm256_div_ps(_mm256_mul_ps(_mm256_loadu_ps(acc + d), f), dn));
@@ -180,13 +192,15 @@ void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRo
   const bool quant = p.out_elem == Elem::kI8;
   // Contiguous float / bf16 rows: the same operations per element, in loops the compiler
   // vectorizes (a row is hundreds of elements; the generic loop below converts one at a time).
-  if (!quant && p.out_sd == 1 && (p.out_elem == Elem::kF32 || p.out_elem == Elem::kBF16)) {
+  const bool wide_f16 = wide == 8 && p.out_elem == Elem::kF16;
+  if (!quant && p.out_sd == 1 &&
+      (p.out_elem == Elem::kF32 || p.out_elem == Elem::kBF16 || (wide_f16 && any))) {
     const float factor = f.factor, denom = f.denom;
 #if defined(OPENFIA_ENGINE_AVX512)
     if (wide != 0 && any) {
       void* dst = static_cast<char*>(p.out) + o * (p.out_elem == Elem::kF32 ? 4 : 2);
       if (wide == 16) ScaleRowAvx512(acc, p.d_v, factor, denom, p.out_elem == Elem::kBF16, dst);
-      else ScaleRowAvx2(acc, p.d_v, factor, denom, p.out_elem == Elem::kBF16, dst);
+      else ScaleRowAvx2(acc, p.d_v, factor, denom, p.out_elem, dst);
       if (p.lse) p.lse[b * p.lse_sb + h * p.lse_sh + row * p.lse_ss] = f.lse;
       return;
     }
