@@ -1,37 +1,45 @@
-// openfia internal: the AVX2 decode kernel (few query rows per KV head, bf16 K / V).
+// openfia internal: the AVX2 decode kernel (few query rows per KV head; bf16, int8 or int4 K/V).
 //
 // Included by kernels_avx2.cc inside namespace openfia::internal::avx2_target, after
-// attend-inl.h (ResolveKey, ExpScalar, V). The table's attend entry offers every item to
-// DecodeRun first; it returns false for an item it does not run (the generic loop runs it), so
-// semantics never depend on it.
+// attend-inl.h (ResolveKey, DqVecOk, ExpScalar, V). The table's attend entry offers every item
+// to DecodeRun first; it returns false for an item it does not run (the generic loop runs it),
+// so semantics never depend on it.
 //
 // Decode reads every K/V byte for only R = G x query rows (<= 8) rows, and without a bf16 dot
 // instruction each product is an fp32 FMA: the generic streaming loop spent ~465 instructions per
 // key and KV head (bf16 widened 8 channels at a time, one horizontal sum per key and row, the
-// FMA chains at their latency bound) for 128 FMAs of work. Here, per KV head and 64-key tile:
+// FMA chains at their latency bound) for 128 FMAs of work. Here, per 64-key tile:
 //   scores   a bf16 row is read 16 channels (32 bytes) at a time and split by one shift and one
 //            mask into its even and odd channels (each 32-bit lane holds a channel pair); the
 //            query rows are stored in the same [8 even | 8 odd] order per 16 channels, so two
-//            FMAs per row take both halves. Blocks of RB rows x KB keys (12 accumulators: the
-//            chains have latency slack) end in one transposing horizontal sum per 4 accumulators.
-//            Scores land key-major, st[key][R].
+//            FMAs per row take both halves. Blocks of R rows x KB keys (12 accumulators: the
+//            chains have latency slack) end in one transposing horizontal sum per 4
+//            accumulators. int8 / int4 keys are widened 8 channels at a time and dequantized in
+//            registers with attend-inl.h's DqAt operations and rounding (DecDequant), so the
+//            dequantized keys are bitwise the reference's. Scores land key-major, st[key][R].
 //   softmax  on the key-major scores directly: a vector holds 8 / R keys x R rows, so the
 //            row maxima and sums are lane folds and no transpose is needed; the operations of
 //            attend-inl.h (scale, running max, exp, sum, P rounded to the query dtype).
-//   P V      each value row widened by the same shift / mask, FMAed into up to 8 accumulators
-//            (RB rows x 4 / RB groups of 16 channels, even and odd halves); the row states hold
-//            every 16 channels as [8 even | 8 odd] while the item runs (Unpermute16 at the end).
+//   P V      in chunks of kDecChunk keys: each value row widened by the same shift / mask (or,
+//            for int8 / int4 values, the chunk dequantized once into an fp32 buffer), FMAed into
+//            up to 8 accumulators (R rows x 4 / R groups of 16 channels); with bf16 values the
+//            row states hold every 16 channels as [8 even | 8 odd] while the item runs
+//            (Unpermute16 at the end).
 // bf16 x bf16 products are exact in fp32; only the summation order differs from the generic
 // loop (both within the fp32-accumulation tolerance of the fp64 reference).
+//
+// Memory order matters most: an item spans several KV heads (plan.h n_hk), and the kernel reads
+// token after token, every head's row of a token after the other (score blocks of all heads for
+// each KB keys, P V chunks for all heads), which a [block, block_size, H_kv * D] cache streams
+// ~1.6x faster than head after head (architecture_notes.md, session 7). A prefetch stream in
+// the same order (DecPrefetcher, kDecAhead tokens ahead, non-temporal) is issued a few lines per
+// block, never as a burst.
 //
 // Items it runs: dense (no sparse lists, no second source), no rope, no pse, no mask, no band
 // cutting into the item's keys (every tile fully visible), R = 1, 2, 4 or 8 rows per KV head
 // (GQA groups of 1, 2, 4, 8 at one query; other R run the generic loop), d_qk and d_v multiples
-// of 16 (<= 1024), K and V (and a shared prefix) bf16 with unit channel stride and no antiquant.
-//
-// Memory: items run (tile, head) units in order; the next unit's K and V rows are prefetched
-// (into L2) a few rows per score block while one runs, so the misses stream without a burst that
-// would hold every fill buffer, one unit (2 x 64 rows) ahead.
+// of 16 (<= 1024), K and V each bf16 (a bf16 shared prefix allowed) or int8 / int4 with a
+// vector antiquant (DecOperandKind), and the scratch to hold the item (DecScratchFloats).
 
 constexpr int64_t kDecMaxD = 1024;
 constexpr int64_t kDecMaxKeys = 72;  // TN rounded up to a multiple of every key block (3, 6, 12)
