@@ -192,8 +192,9 @@ void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRo
   const bool quant = p.out_elem == Elem::kI8;
   // Contiguous float / bf16 rows: the same operations per element, in loops the compiler
   // vectorizes (a row is hundreds of elements; the generic loop below converts one at a time).
+  // (Full quantization writes acc as it is: the kernel already divided by fp16(l).)
   const bool wide_f16 = wide == 8 && p.out_elem == Elem::kF16;
-  if (!quant && p.out_sd == 1 &&
+  if (!quant && !p.full_quant && p.out_sd == 1 &&
       (p.out_elem == Elem::kF32 || p.out_elem == Elem::kBF16 || (wide_f16 && any))) {
     const float factor = f.factor, denom = f.denom;
 #if defined(OPENFIA_ENGINE_AVX512)

@@ -335,19 +335,12 @@ inline void DecDequantRows(const DecTile& t, const DecDq& dq, int64_t hk, int64_
   }
 }
 
-// Lane l of the result: the maximum (sum) over the lanes of v with the same l % RP.
-template <int RP>
-__attribute__((always_inline)) inline __m256 DecFoldMax(__m256 v) {
-  if constexpr (RP <= 4) v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
-  if constexpr (RP <= 2) v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
-  if constexpr (RP <= 1) v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-  return v;
-}
-template <int RP>
-__attribute__((always_inline)) inline __m256 DecFoldSum(__m256 v) {
-  if constexpr (RP <= 4) v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
-  if constexpr (RP <= 2) v = _mm256_add_ps(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
-  if constexpr (RP <= 1) v = _mm256_add_ps(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+// Lane l of the result: op over the lanes of v with the same l % RP (op: max or add).
+template <int RP, class Op>
+__attribute__((always_inline)) inline __m256 DecFold(__m256 v, Op op) {
+  if constexpr (RP <= 4) v = op(v, _mm256_permute2f128_ps(v, v, 1));
+  if constexpr (RP <= 2) v = op(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  if constexpr (RP <= 1) v = op(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
   return v;
 }
 
@@ -375,7 +368,7 @@ inline void DecSoftmax(float* st, int64_t nk, float scale, Elem pe, float* m, fl
     vm = _mm256_max_ps(vm, s);
   }
   alignas(32) float tmax[8], mnew[8], alpha[8];
-  _mm256_store_ps(tmax, DecFoldMax<RP>(vm));
+  _mm256_store_ps(tmax, DecFold<RP>(vm, [](__m256 a, __m256 b) { return _mm256_max_ps(a, b); }));
   for (int64_t r = 0; r < RP; ++r) {
     const float m_old = m[r];
     const float m_new = std::max(m_old, tmax[r]);
@@ -395,7 +388,7 @@ inline void DecSoftmax(float* st, int64_t nk, float scale, Elem pe, float* m, fl
     _mm256_storeu_ps(st + 8 * i, e);
   }
   alignas(32) float tsum[8];
-  _mm256_store_ps(tsum, DecFoldSum<RP>(vsum));
+  _mm256_store_ps(tsum, DecFold<RP>(vsum, [](__m256 a, __m256 b) { return _mm256_add_ps(a, b); }));
   for (int64_t r = 0; r < RP; ++r) {
     l[r] = l[r] * alpha[r] + tsum[r];
     if (alpha[r] != 1.f) {

@@ -480,6 +480,24 @@ int64_t CountItems(const Problem& p, bool (*runs)(const Problem&, const WorkItem
 
 int64_t AmxDecodeItems(const Problem& p) { return CountItems(p, OpenfiaAmxDecodeCan); }
 
+// A decode case with int8 / int4 K and V (Quantize, K offset k_off, V offset v_off) against the
+// fp64 reference; `count` (a kernel's item predicate via CountItems) must find items when
+// `expect` (the CPU runs that kernel).
+void RunQuantizedDecode(const CaseSpec& s, Elem e, Dequant::Kind kk, Dequant::Kind vk,
+                        bool k_off, bool v_off, int64_t (*count)(const Problem&), bool expect) {
+  std::vector<std::vector<uint8_t>> keep;
+  const auto quantize = [&](Case& c) {
+    std::mt19937 rng(s.seed);
+    Problem& p = c.problem();
+    Quantize(p, p.k, s.d_qk, e, kk, k_off, 1.f, keep, rng);
+    Quantize(p, p.v, s.d_v, e, vk, v_off, 1.f, keep, rng);
+  };
+  Case c(s);
+  quantize(c);
+  if (expect) EXPECT_GT(count(c.problem()), 0) << "seed " << s.seed;
+  RunCase(s, quantize, false);
+}
+
 // The AMX decode kernel (decode_amx.cc) on multi-head decode items: bf16 K/V read straight from
 // the cache rows (contiguous, paged with 16-aligned blocks) or gathered (odd blocks, partial
 // groups, a bf16 shared prefix), 1-8 rows per KV head, splits, sinks; items it does not take
@@ -550,17 +568,7 @@ TEST(Engine, AmxDecode) {
     s.q_len = {1, 3};
     s.kv_len = {1300, 45};
     s.seed = ++variant;
-    std::vector<std::vector<uint8_t>> keep;
-    const auto quantize = [&](Case& c) {
-      std::mt19937 rng(variant);
-      Problem& p = c.problem();
-      Quantize(p, p.k, s.d_qk, q.e, q.kk, variant % 2 == 0, 1.f, keep, rng);
-      Quantize(p, p.v, s.d_v, q.e, q.vk, true, 1.f, keep, rng);
-    };
-    Case c(s);
-    quantize(c);
-    if (amx) EXPECT_GT(AmxDecodeItems(c.problem()), 0) << "variant " << variant;
-    RunCase(s, quantize, false);
+    RunQuantizedDecode(s, q.e, q.kk, q.vk, variant % 2 == 0, true, AmxDecodeItems, amx);
   }
 }
 
@@ -643,17 +651,7 @@ TEST(Engine, Avx2Decode) {
     s.q_len = {1, 1};
     s.kv_len = {1300, 45};
     s.seed = ++seed;
-    std::vector<std::vector<uint8_t>> keep;
-    const auto quantize = [&](Case& c) {
-      std::mt19937 rng(seed);
-      Problem& p = c.problem();
-      Quantize(p, p.k, s.d_qk, q.e, q.kk, seed % 2 == 0, 1.f, keep, rng);
-      Quantize(p, p.v, s.d_v, q.e, q.vk, seed % 3 != 0, 1.f, keep, rng);
-    };
-    Case c(s);
-    quantize(c);
-    if (avx2) EXPECT_GT(Avx2DecodeItems(c.problem()), 0) << "case " << seed;
-    RunCase(s, quantize, false);
+    RunQuantizedDecode(s, q.e, q.kk, q.vk, seed % 2 == 0, seed % 3 != 0, Avx2DecodeItems, avx2);
   }
 }
 

@@ -283,7 +283,9 @@ TEST_P(FiaCases, EngineMatchesReference) {
   const double dqk = static_cast<double>(g.D + g.rope_d);
   // Error of an fp32 dot product of length dqk with |q| <= qmax, |k| <= kmax (worst case), plus
   // the fp32 pse addition.
-  const double ds = dqk * kU32 * dqk * g.q_absmax * g.k_absmax * g.scale + 2 * kU32 * g.pse_absmax;
+  // Full quantization: integer dot products are exact, then one fp32 dequantization rounding.
+  const double ds = (g.fullquant ? 2 * kU32 : dqk * kU32) * dqk * g.q_absmax * g.k_absmax * g.scale +
+                    2 * kU32 * g.pse_absmax;
   // p is rounded to the query dtype at a running max that differs from the reference's global one
   // (both round, so 2 eps_q); fp32 accumulation over kvmax keys.
   const double eps_q = UnitRoundoff(ref.args().query.dtype);

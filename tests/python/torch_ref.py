@@ -327,6 +327,9 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
         lb = (qq.shape[-1] * EPS32 * sabs + 8 * EPS32 * lse.abs().nan_to_num(0, 0, 0) + 1e-6)
         if aq_k[0] is not None:  # K elements may round to the neighbouring query-dtype value
             lb = lb + UNIT_ROUNDOFF[cdt] * 2 * sabs
+        if full_quant:  # SEMANTICS 1.8: S = fp16(fp16(S_int * float19(ds1)) * fp16(scale)), so
+            # m and every E see the float19 truncation (2^-10) and two fp16 roundings (2^-11 each)
+            lb = lb + 2.0 ** -9 * sabs
         outs.append(o)
         lses.append(lse)
         obounds.append(ob)
