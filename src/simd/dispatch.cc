@@ -20,7 +20,9 @@ bool CpuHas(int t) {
 #if defined(__x86_64__) || defined(_M_X64)
   switch (t) {
     case 0: return true;
-    case 1: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case 1:  // the AVX2 table converts float16 with F16C too
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
     case 2:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");

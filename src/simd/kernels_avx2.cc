@@ -144,8 +144,7 @@ const KernelTable kTable = {"avx2", &ExpArray, &Attend};
 namespace openfia::internal {
 const KernelTable* Avx2Kernels() { return &avx2_target::kTable; }
 bool Avx2DecodeRunsItem(const Problem& p, const WorkItem& w) {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         avx2_target::DecodeCan(p, w);
+  return KernelsFor("avx2") != nullptr && avx2_target::DecodeCan(p, w);
 }
 }  // namespace openfia::internal
 #else
