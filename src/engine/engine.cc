@@ -19,13 +19,6 @@
 #include "simd/scalar_convert.h"
 #include "simd/simd.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// GCC 12 flags the _mm512_undefined_* idiom inside its own intrinsic headers.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#endif
-
 namespace openfia::internal {
 namespace {
 
@@ -54,163 +47,34 @@ std::string KvWhy(const char* name, const KvOperand& kv, Elem q) {
   return w;
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define OPENFIA_ENGINE_AVX512 1
-// The contiguous float / bf16 rows of Epilogue and the split merge with AVX-512 when the active
-// kernels are AVX-512 or AMX ones (the rest of engine.cc is built for the baseline ISA, whose
-// 4-wide divides and bf16 rounding cost ~700 cycles per 512-element row: a quarter of a 2048-row
-// SparseAttnSharedkv prefill). The same IEEE operations per element (multiply, then divide; no
-// contraction), so results are bitwise those of the scalar loops.
-__attribute__((target("avx512f,avx512bw"))) void ScaleRowAvx512(const float* acc, int64_t n,
-                                                                  float factor, float denom,
-                                                                  bool bf16, void* out) {
-  const __m512 f = _mm512_set1_ps(factor), dn = _mm512_set1_ps(denom);
-  int64_t d = 0;
-  if (!bf16) {
-    float* dst = static_cast<float*>(out);
-    for (; d + 16 <= n; d += 16)
-      _mm512_storeu_ps(dst + d, _mm512_div_ps(_mm512_mul_ps(_mm512_loadu_ps(acc + d), f), dn));
-    for (; d < n; ++d) dst[d] = acc[d] * factor / denom;
-    return;
-  }
-  uint16_t* dst = static_cast<uint16_t*>(out);
-  const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
-  for (; d + 16 <= n; d += 16) {
-    const __m512i u = _mm512_castps_si512(
-        _mm512_div_ps(_mm512_mul_ps(_mm512_loadu_ps(acc + d), f), dn));
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __m512i rne =
-        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(hi, one)),
-                          16);
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i r = _mm512_mask_or_epi32(rne, nan, hi, quiet);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d), _mm512_cvtepi32_epi16(r));
-  }
-  for (; d < n; ++d) {
-    const float x = acc[d] * factor / denom;
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t qnan = (u >> 16) | 0x40u;
-    dst[d] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? qnan : rne);
-  }
-}
-
-// ScaleRowAvx512 with 8 lanes, for the AVX2 table (the same operations, bitwise the same), and
-// float16 rows through F16C (VCVTPS2PH rounds to nearest even and quiets NaNs keeping the top
-// payload bits, exactly as cvt::F32ToF16).
-__attribute__((target("avx2,f16c"))) void ScaleRowAvx2(const float* acc, int64_t n, float factor,
-                                                       float denom, Elem e, void* out) {
-  const __m256 f = _mm256_set1_ps(factor), dn = _mm256_set1_ps(denom);
-  int64_t d = 0;
-  if (e == Elem::kF16) {
-    uint16_t* dst = static_cast<uint16_t*>(out);
-    for (; d + 8 <= n; d += 8) {
-      const __m256 x = _mm256_div_ps(_mm256_mul_ps(_mm256_loadu_ps(acc + d), f), dn);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d),
-                       _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    for (; d < n; ++d) dst[d] = cvt::F32ToF16(acc[d] * factor / denom);
-    return;
-  }
-  if (e == Elem::kF32) {
-    float* dst = static_cast<float*>(out);
-    for (; d + 8 <= n; d += 8)
-      _mm256_storeu_ps(dst + d, _mm256_div_ps(_mm256_mul_ps(_mm256_loadu_ps(acc + d), f), dn));
-    for (; d < n; ++d) dst[d] = acc[d] * factor / denom;
-    return;
-  }
-  uint16_t* dst = static_cast<uint16_t*>(out);
-  const __m256i bias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1);
-  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
-  const __m256i quiet = _mm256_set1_epi32(0x40);
-  for (; d + 8 <= n; d += 8) {
-    const __m256i u = _mm256_castps_si256(
-        _mm256_div_ps(_mm256_mul_ps(_mm256_loadu_ps(acc + d), f), dn));
-    const __m256i hi = _mm256_srli_epi32(u, 16);
-    const __m256i rne =
-        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(hi, one)),
-                          16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-    const __m256i r = _mm256_blendv_epi8(rne, _mm256_or_si256(hi, quiet), nan);
-    // 8 x 32-bit lanes holding 16-bit values -> 8 x 16 bits (values < 2^16: no saturation).
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d), packed);
-  }
-  for (; d < n; ++d) {
-    const float x = acc[d] * factor / denom;
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t qnan = (u >> 16) | 0x40u;
-    dst[d] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? qnan : rne);
-  }
-}
-
-__attribute__((target("avx2"))) void AxpyAvx2(float ws, const float* src, float* dst, int64_t n) {
-  const __m256 w = _mm256_set1_ps(ws);
-  int64_t d = 0;
-  for (; d + 8 <= n; d += 8)
-    _mm256_storeu_ps(dst + d, _mm256_add_ps(_mm256_loadu_ps(dst + d),
-                                            _mm256_mul_ps(w, _mm256_loadu_ps(src + d))));
-  for (; d < n; ++d) dst[d] += ws * src[d];
-}
-
-// dst[d] += ws * src[d] (a product, then a sum: the scalar loop's operations).
-__attribute__((target("avx512f"))) void AxpyAvx512(float ws, const float* src, float* dst,
-                                                   int64_t n) {
-  const __m512 w = _mm512_set1_ps(ws);
-  int64_t d = 0;
-  for (; d + 16 <= n; d += 16)
-    _mm512_storeu_ps(dst + d, _mm512_add_ps(_mm512_loadu_ps(dst + d),
-                                            _mm512_mul_ps(w, _mm512_loadu_ps(src + d))));
-  for (; d < n; ++d) dst[d] += ws * src[d];
-}
-#endif
-
-// Which vector row helpers above may run: 16 (AVX-512) when the active kernels are AVX-512 or
-// AMX ones, 8 (AVX2) under the AVX2 table, 0 (the scalar loops) otherwise.
-int WideRows() {
-#if defined(OPENFIA_ENGINE_AVX512)
-  const std::string name = ActiveKernels().name;
-  if (name == "avx512" || name == "amx") return 16;
-  if (name == "avx2") return 8;
-#endif
-  return 0;
-}
-
 // Writes the final output row (b, h, query i) from its merged state.
 void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRow& st,
-              const float* acc, int wide = 0) {
+              const float* acc, const KernelTable& k) {
   const float sink = p.sinks ? p.sinks[h] : std::numeric_limits<float>::quiet_NaN();
   RowFinal f;
   const bool any = FinalizeSoftmax(st, sink, &f);
   const int64_t row = p.q_begin[b] + i;
   const int64_t o = b * p.out_sb + h * p.out_sh + row * p.out_ss;
   const bool quant = p.out_elem == Elem::kI8;
-  // Contiguous float / bf16 rows: the same operations per element, in loops the compiler
-  // vectorizes (a row is hundreds of elements; the generic loop below converts one at a time).
-  // (Full quantization writes acc as it is: the kernel already divided by fp16(l).)
-  const bool wide_f16 = wide == 8 && p.out_elem == Elem::kF16;
-  if (!quant && !p.full_quant && p.out_sd == 1 &&
-      (p.out_elem == Elem::kF32 || p.out_elem == Elem::kBF16 || (wide_f16 && any))) {
+  // Contiguous float rows: the same operations per element as the generic loop below, in the
+  // table's vector loop, or for float32 / bfloat16 in loops the compiler vectorizes (a row is
+  // hundreds of elements; the generic loop converts one at a time). (Full quantization writes
+  // acc as it is: the kernel already divided by fp16(l).)
+  if (!quant && !p.full_quant && p.out_sd == 1) {
     const float factor = f.factor, denom = f.denom;
-#if defined(OPENFIA_ENGINE_AVX512)
-    if (wide != 0 && any) {
-      void* dst = static_cast<char*>(p.out) + o * (p.out_elem == Elem::kF32 ? 4 : 2);
-      if (wide == 16) ScaleRowAvx512(acc, p.d_v, factor, denom, p.out_elem == Elem::kBF16, dst);
-      else ScaleRowAvx2(acc, p.d_v, factor, denom, p.out_elem, dst);
+    void* dst = static_cast<char*>(p.out) + o * (p.out_elem == Elem::kF32 ? 4 : 2);
+    if (any && k.scale_row != nullptr && k.scale_row(acc, p.d_v, factor, denom, p.out_elem, dst)) {
       if (p.lse) p.lse[b * p.lse_sb + h * p.lse_sh + row * p.lse_ss] = f.lse;
       return;
     }
-#endif
     if (p.out_elem == Elem::kF32) {
-      float* dst = static_cast<float*>(p.out) + o;
-      for (int64_t d = 0; d < p.d_v; ++d) dst[d] = any ? acc[d] * factor / denom : 0.f;
-    } else {
-      uint16_t* dst = static_cast<uint16_t*>(p.out) + o;
+      float* out = static_cast<float*>(dst);
+      for (int64_t d = 0; d < p.d_v; ++d) out[d] = any ? acc[d] * factor / denom : 0.f;
+      if (p.lse) p.lse[b * p.lse_sb + h * p.lse_sh + row * p.lse_ss] = f.lse;
+      return;
+    }
+    if (p.out_elem == Elem::kBF16) {
+      uint16_t* out = static_cast<uint16_t*>(dst);
       for (int64_t d = 0; d < p.d_v; ++d) {
         const float x = any ? acc[d] * factor / denom : 0.f;
         uint32_t u;
@@ -218,11 +82,11 @@ void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRo
         // cvt::F32ToBF16 without branches: round to nearest even, NaN stays a quiet NaN.
         const uint32_t rne = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
         const uint32_t qnan = (u >> 16) | 0x40u;
-        dst[d] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? qnan : rne);
+        out[d] = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? qnan : rne);
       }
+      if (p.lse) p.lse[b * p.lse_sb + h * p.lse_sh + row * p.lse_ss] = f.lse;
+      return;
     }
-    if (p.lse) p.lse[b * p.lse_sb + h * p.lse_sh + row * p.lse_ss] = f.lse;
-    return;
   }
   for (int64_t d = 0; d < p.d_v; ++d) {
     // Full quantization: the kernel already divided by fp16(l) (attend_fullquant-inl.h).
@@ -333,7 +197,7 @@ SplitSpace& LocalSplitSpace() {
 class ItemRunner {
  public:
   ItemRunner(const Problem& p, int64_t state_rows)
-      : p_(p), k_(ActiveKernels()), wide_(WideRows()), dv_pad_(AccStride(p.d_v)),
+      : p_(p), k_(ActiveKernels()), dv_pad_(AccStride(p.d_v)),
         max_rows_(MaxItemRows(p)),
         scratch_(NumWorkers(), nullptr), states_(NumWorkers(), nullptr),
         own_scratch_(NumWorkers()), own_states_(NumWorkers()) {
@@ -412,7 +276,7 @@ class ItemRunner {
     for (int64_t r = 0; r < rows; ++r) {
       const SoftmaxRow st{rs.m[r], rs.l[r]};
       Epilogue(p_, w.b, w.hk * p_.group() + w.g0 + r / nq, w.i0 + r % nq, st,
-               rs.acc + r * dv_pad_, wide_);
+               rs.acc + r * dv_pad_, k_);
     }
   }
 
@@ -439,20 +303,11 @@ class ItemRunner {
           st.l += ws * split_l_[sr];
           const float* src = split_acc_ + sr * dv_pad_;
           float* dst = acc.data();
-#if defined(OPENFIA_ENGINE_AVX512)
-          if (wide_ == 16) {
-            AxpyAvx512(ws, src, dst, n);
-            continue;
-          }
-          if (wide_ == 8) {
-            AxpyAvx2(ws, src, dst, n);
-            continue;
-          }
-#endif
-          for (int64_t d = 0; d < n; ++d) dst[d] += ws * src[d];
+          if (k_.axpy != nullptr) k_.axpy(ws, src, dst, n);
+          else for (int64_t d = 0; d < n; ++d) dst[d] += ws * src[d];
         }
       }
-      Epilogue(p_, t.b, t.h0 + r % t.heads, t.i0 + r / t.heads, st, acc.data(), wide_);
+      Epilogue(p_, t.b, t.h0 + r % t.heads, t.i0 + r / t.heads, st, acc.data(), k_);
     }
   }
 
@@ -464,7 +319,6 @@ class ItemRunner {
  private:
   const Problem& p_;
   const KernelTable& k_;
-  const int wide_;         // WideRows()
   const int64_t dv_pad_;  // row stride of the accumulators (AccStride)
   const int64_t max_rows_;  // MaxItemRows(p): rows of the per-worker row states
   std::vector<ScratchBuffer*> scratch_;  // per worker: a thread's kept one or own_scratch_
@@ -504,7 +358,7 @@ void RunEngine(const Problem& p) {
   for (int64_t i = 0; i < static_cast<int64_t>(plan.items.size()); ++i)
     if (plan.items[i].n_split > 1 && plan.items[i].split == 0) firsts.push_back(i);
   const int64_t dv_pad = run.dv_pad();
-  const int wide = WideRows();
+  const KernelTable& k = ActiveKernels();
   ParallelFor(static_cast<int64_t>(firsts.size()), [&](int64_t gi, int) {
     const int64_t first = firsts[gi];
     const WorkItem& w0 = plan.items[first];
@@ -517,8 +371,7 @@ void RunEngine(const Problem& p) {
         MergeSoftmax(st, acc.data(), SoftmaxRow{run.split_m()[sr], run.split_l()[sr]},
                      run.split_acc() + sr * dv_pad, p.d_v);
       }
-      Epilogue(p, w0.b, w0.hk * p.group() + w0.g0 + r / nq, w0.i0 + r % nq, st, acc.data(),
-               wide);
+      Epilogue(p, w0.b, w0.hk * p.group() + w0.g0 + r / nq, w0.i0 + r % nq, st, acc.data(), k);
     }
   });
 }

@@ -726,7 +726,9 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
   _tile_release();
 }
 
-const KernelTable kTable = {"amx", &ExpArray, &AmxAttend};
+#include "simd/rows-inl.h"
+
+const KernelTable kTable = {"amx", &ExpArray, &AmxAttend, &ScaleRow, &Axpy};
 
 }  // namespace openfia::internal::amx_target
 #pragma GCC pop_options

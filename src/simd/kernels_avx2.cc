@@ -36,6 +36,7 @@ struct V {
   static T Add(T a, T b) { return _mm256_add_ps(a, b); }
   static T Sub(T a, T b) { return _mm256_sub_ps(a, b); }
   static T Max(T a, T b) { return _mm256_max_ps(a, b); }
+  static T Div(T a, T b) { return _mm256_div_ps(a, b); }
   static float ReduceMax(T a) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -81,6 +82,25 @@ struct V {
   }
   static T RoundF16(T a) {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // 8 values stored as bf16 / f16, bitwise cvt::F32ToBF16 / cvt::F32ToF16: round to nearest
+  // even; a NaN becomes a quiet NaN with its top payload bits (VCVTPS2PH does so for f16).
+  static void StoreBF16(uint16_t* p, T a) {
+    const __m256i u = _mm256_castps_si256(a), hi = _mm256_srli_epi32(u, 16);
+    const __m256i rne = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)),
+                         _mm256_and_si256(hi, _mm256_set1_epi32(1))),
+        16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)),
+                                           _mm256_set1_epi32(0x7F800000));
+    const __m256i r = _mm256_blendv_epi8(rne, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+    // 32-bit lanes holding 16-bit values -> 16 bits each (no saturation can occur).
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+  }
+  static void StoreF16(uint16_t* p, T a) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   static T LoadF16(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -128,6 +148,7 @@ struct V {
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
 #include "simd/decode_avx2-inl.h"
+#include "simd/rows-inl.h"
 
 // Decode items go to the dedicated kernel when it runs them, everything else to the generic loop.
 void Attend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
@@ -135,7 +156,7 @@ void Attend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowSta
   AttendImpl(p, w, sc, out);
 }
 
-const KernelTable kTable = {"avx2", &ExpArray, &Attend};
+const KernelTable kTable = {"avx2", &ExpArray, &Attend, &ScaleRow, &Axpy};
 
 }  // namespace openfia::internal::avx2_target
 #pragma GCC pop_options

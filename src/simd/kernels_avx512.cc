@@ -34,8 +34,9 @@ struct V : Avx512Vec {};
 #include "simd/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
+#include "simd/rows-inl.h"
 
-const KernelTable kTable = {"avx512", &ExpArray, &AttendImpl};
+const KernelTable kTable = {"avx512", &ExpArray, &AttendImpl, &ScaleRow, &Axpy};
 
 }  // namespace openfia::internal::avx512_target
 

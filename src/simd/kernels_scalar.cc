@@ -38,7 +38,8 @@ struct V {
 
 #include "simd/attend-inl.h"
 
-const KernelTable kTable = {"scalar", &ExpArray, &AttendImpl};
+// No vector row helpers: the engine's own loops write the rows.
+const KernelTable kTable = {"scalar", &ExpArray, &AttendImpl, nullptr, nullptr};
 
 }  // namespace openfia::internal::scalar_target
 

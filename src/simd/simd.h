@@ -76,6 +76,12 @@ struct KernelTable {
   void (*exp)(const float* x, float* y, int64_t n);
   // Attends the rows of `w` to its keys; see RowStates. Never allocates, never throws.
   void (*attend)(const Problem& p, const WorkItem& w, EngineScratch& s, const RowStates& out);
+  // The epilogue's contiguous rows (rows-inl.h), bitwise the engine's scalar loops; nullptr
+  // where the target has none (the engine loops run). scale_row: out[d] = acc[d] * factor /
+  // denom rounded to e, false (nothing written) when e is not float32 / bfloat16 / float16.
+  bool (*scale_row)(const float* acc, int64_t n, float factor, float denom, Elem e, void* out);
+  // dst[d] += ws * src[d] (the split merge).
+  void (*axpy)(float ws, const float* src, float* dst, int64_t n);
 };
 
 // Tables of the targets compiled into this build (nullptr when a target was not compiled).

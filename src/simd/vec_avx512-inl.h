@@ -14,6 +14,7 @@ struct Avx512Vec {
   static T Add(T a, T b) { return _mm512_add_ps(a, b); }
   static T Sub(T a, T b) { return _mm512_sub_ps(a, b); }
   static T Max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T Div(T a, T b) { return _mm512_div_ps(a, b); }
   static float ReduceMax(T a) { return _mm512_reduce_max_ps(a); }
   static float ReduceSum(T a) { return _mm512_reduce_add_ps(a); }
 
@@ -54,6 +55,23 @@ struct Avx512Vec {
   }
   static T RoundF16(T a) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // 16 values stored as bf16 / f16, bitwise cvt::F32ToBF16 / cvt::F32ToF16: round to nearest
+  // even; a NaN becomes a quiet NaN with its top payload bits (VCVTPS2PH does so for f16).
+  static void StoreBF16(uint16_t* p, T a) {
+    const __m512i u = _mm512_castps_si512(a), hi = _mm512_srli_epi32(u, 16);
+    const __m512i rne = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
+                         _mm512_and_si512(hi, _mm512_set1_epi32(1))),
+        16);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+    const __m512i r = _mm512_mask_or_epi32(rne, nan, hi, _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+  }
+  static void StoreF16(uint16_t* p, T a) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   static T LoadF16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

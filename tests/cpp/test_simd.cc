@@ -93,6 +93,79 @@ TEST(ScalarConvert, HalfRoundTripsAndRounding) {
   EXPECT_EQ(cvt::Load(i4, Elem::kI4, 3), 7.f);
 }
 
+// The epilogue's vector rows (KernelTable::scale_row / axpy) write bitwise what the engine's
+// scalar loops write: acc * factor / denom rounded by cvt::Store, dst += ws * src, for every
+// length (the vector body and the tail) and for the values rounding meets: ties, overflow to
+// inf, subnormal results, NaNs with payloads, signed zeros.
+TEST(SimdRows, ScaleRowAndAxpyMatchTheScalarLoops) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> acc;
+  for (float v : {1.f, -1.f, 0.f, -0.f, inf, -inf, 3.4e38f, -3.4e38f, 65504.f, 65520.f, 1e-30f,
+                  -1e-40f, 6e-8f, 3e-8f, 1.00390625f, 1.01171875f, 0.333333f, 7.5e-5f})
+    acc.push_back(v);
+  uint32_t nan_bits[3] = {0x7FC00001u, 0xFFA12345u, 0x7F800001u};  // quiet, signalling payloads
+  for (uint32_t b : nan_bits) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    acc.push_back(f);
+  }
+  uint32_t seed = 12345;
+  while (acc.size() < 77) {  // random magnitudes over the float range
+    seed = seed * 1664525u + 1013904223u;
+    uint32_t b = (seed & 0x807FFFFFu) | (((seed >> 23) % 254 + 1) << 23);
+    float f;
+    std::memcpy(&f, &b, 4);
+    acc.push_back(f);
+  }
+  const int64_t n_all = static_cast<int64_t>(acc.size());
+  int tables = 0;
+  for (const char* t : {"scalar", "avx2", "avx512", "amx"}) {
+    const KernelTable* k = KernelsFor(t);
+    if (!k) continue;
+    if (!k->scale_row) {
+      EXPECT_EQ(k->axpy, nullptr) << t;
+      continue;
+    }
+    ++tables;
+    for (Elem e : {Elem::kF32, Elem::kBF16, Elem::kF16}) {
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{16}, int64_t{33}, n_all}) {
+        for (float factor : {1.f, 0.7f, 3.f}) {
+          for (float denom : {1.f, 3.f, 1e-3f}) {
+            std::vector<uint32_t> got(n, 0xDEADBEEFu), want(n, 0xDEADBEEFu);
+            ASSERT_TRUE(k->scale_row(acc.data(), n, factor, denom, e, got.data())) << t;
+            for (int64_t d = 0; d < n; ++d) cvt::Store(want.data(), e, d, acc[d] * factor / denom);
+            const size_t bytes = static_cast<size_t>(n) * (e == Elem::kF32 ? 4 : 2);
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), bytes), 0)
+                << t << " dtype " << static_cast<int>(e) << " n " << n << " factor " << factor
+                << " denom " << denom;
+            // Nothing past the row is written.
+            EXPECT_EQ(std::memcmp(reinterpret_cast<const char*>(got.data()) + bytes,
+                                  reinterpret_cast<const char*>(want.data()) + bytes,
+                                  n * 4 - bytes),
+                      0)
+                << t;
+          }
+        }
+      }
+    }
+    int8_t i8[4];
+    EXPECT_FALSE(k->scale_row(acc.data(), 4, 1.f, 1.f, Elem::kI8, i8)) << t;
+    for (int64_t n : {int64_t{5}, int64_t{16}, n_all}) {
+      std::vector<float> got(acc.rbegin(), acc.rbegin() + n), want = got;
+      k->axpy(0.37f, acc.data(), got.data(), n);
+      for (int64_t d = 0; d < n; ++d) want[d] += 0.37f * acc[d];
+      for (int64_t d = 0; d < n; ++d) {
+        uint32_t g, w;
+        std::memcpy(&g, &got[d], 4);
+        std::memcpy(&w, &want[d], 4);
+        EXPECT_EQ(g, w) << t << " axpy n " << n << " d " << d << " " << acc[d];
+      }
+    }
+  }
+  // The AVX2 target needs AVX2 + FMA + F16C; any x86-64 CPU of the last decade has it.
+  if (KernelsFor("avx2")) EXPECT_GT(tables, 0);
+}
+
 TEST(SimdTarget, CapSelectsAndValidates) {
   const std::string best = SimdTarget();
   SetSimdCap("scalar");
