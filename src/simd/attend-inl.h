@@ -623,29 +623,38 @@ inline bool AnyNonFinite(const float* v, int64_t nk, int64_t ld) {
 // Micro-kernels
 
 
-// s[r * TN + c] = sum_d q[r * ldq + d] * kt[d * TN + c], for R rows and C vectors of keys.
-template <int R, int C>
-inline void ScoreBlock(const float* q, int64_t ldq, const float* kt, int64_t D, float* s) {
+// c[r * ldc + j] (+)= sum_{k < K} a[r * lda + k] * b[k * ldb + j] for R rows and C vectors of
+// columns j: broadcast a, FMA into R x C register accumulators, which start at zero (scores) or
+// at c (ACC: the P V accumulators).
+template <int R, int C, bool ACC>
+inline void GemmBlock(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t K,
+                      float* c, int64_t ldc) {
   typename V::T acc[R][C];
   OPENFIA_UNROLL
   for (int r = 0; r < R; ++r)
     OPENFIA_UNROLL
-    for (int c = 0; c < C; ++c) acc[r][c] = V::Zero();
-  for (int64_t d = 0; d < D; ++d) {
-    typename V::T k[C];
+    for (int j = 0; j < C; ++j) acc[r][j] = ACC ? V::Load(c + r * ldc + j * W) : V::Zero();
+  for (int64_t k = 0; k < K; ++k) {
+    typename V::T x[C];
     OPENFIA_UNROLL
-    for (int c = 0; c < C; ++c) k[c] = V::Load(kt + d * TN + c * W);
+    for (int j = 0; j < C; ++j) x[j] = V::Load(b + k * ldb + j * W);
     OPENFIA_UNROLL
     for (int r = 0; r < R; ++r) {
-      const typename V::T qb = V::Set1(q[r * ldq + d]);
+      const typename V::T ab = V::Set1(a[r * lda + k]);
       OPENFIA_UNROLL
-      for (int c = 0; c < C; ++c) acc[r][c] = V::Fma(qb, k[c], acc[r][c]);
+      for (int j = 0; j < C; ++j) acc[r][j] = V::Fma(ab, x[j], acc[r][j]);
     }
   }
   OPENFIA_UNROLL
   for (int r = 0; r < R; ++r)
     OPENFIA_UNROLL
-    for (int c = 0; c < C; ++c) V::Store(s + r * TN + c * W, acc[r][c]);
+    for (int j = 0; j < C; ++j) V::Store(c + r * ldc + j * W, acc[r][j]);
+}
+
+// s[r * TN + c] = sum_d q[r * ldq + d] * kt[d * TN + c], for R rows and C vectors of keys.
+template <int R, int C>
+inline void ScoreBlock(const float* q, int64_t ldq, const float* kt, int64_t D, float* s) {
+  GemmBlock<R, C, false>(q, ldq, kt, TN, D, s, TN);
 }
 
 template <int R>
@@ -676,26 +685,7 @@ inline void Scores(const float* q, int64_t ldq, int64_t rows, const float* kt, i
 template <int R, int C>
 inline void PvBlock(const float* p, const float* v, int64_t vs, int64_t nk, float* acc,
                     int64_t lda) {
-  typename V::T a[R][C];
-  OPENFIA_UNROLL
-  for (int r = 0; r < R; ++r)
-    OPENFIA_UNROLL
-    for (int c = 0; c < C; ++c) a[r][c] = V::Load(acc + r * lda + c * W);
-  for (int64_t n = 0; n < nk; ++n) {
-    typename V::T x[C];
-    OPENFIA_UNROLL
-    for (int c = 0; c < C; ++c) x[c] = V::Load(v + n * vs + c * W);
-    OPENFIA_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const typename V::T pb = V::Set1(p[r * TN + n]);
-      OPENFIA_UNROLL
-      for (int c = 0; c < C; ++c) a[r][c] = V::Fma(pb, x[c], a[r][c]);
-    }
-  }
-  OPENFIA_UNROLL
-  for (int r = 0; r < R; ++r)
-    OPENFIA_UNROLL
-    for (int c = 0; c < C; ++c) V::Store(acc + r * lda + c * W, a[r][c]);
+  GemmBlock<R, C, true>(p, TN, v, vs, nk, acc, lda);
 }
 
 template <int R>
