@@ -290,8 +290,13 @@ class ItemRunner {
     const int64_t n = p_.d_v;
     for (int64_t r = t.r0; r < t.r1; ++r) {
       SoftmaxRow st;
-      for (int64_t s = 0; s < t.n_split; ++s)
-        st.m = std::fmax(st.m, split_m_[t.state0 + s * t.split_stride + r]);
+      bool nan = false;  // a split met a NaN score: the row is NaN (fmax would drop it)
+      for (int64_t s = 0; s < t.n_split; ++s) {
+        const float ms = split_m_[t.state0 + s * t.split_stride + r];
+        nan = nan || std::isnan(ms);
+        st.m = std::fmax(st.m, ms);
+      }
+      if (nan) st.m = std::numeric_limits<float>::quiet_NaN();
       if (!st.empty()) {
         std::fill(acc.begin(), acc.end(), 0.f);
         for (int64_t s = 0; s < t.n_split; ++s) {

@@ -992,10 +992,18 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         typename V::T vm = V::Set1(kNegInf);
         for (int64_t n = 0; n < npad; n += W) vm = V::Max(vm, V::Load(s + n));
         const float m_old = o.m[r];
-        const float m_new = std::max(m_old, V::ReduceMax(vm));
-        if (m_new == kNegInf) {  // nothing visible yet: P = 0 (PvMasked skips it when it matters)
-          for (int64_t n = 0; n < npad; ++n) s[n] = 0.f;
-          continue;
+        float m_new = std::max(m_old, V::ReduceMax(vm));
+        if (m_new == kNegInf) {
+          // No finite score yet. A NaN score (a NaN in K or in its antiquant parameters) makes
+          // the row NaN, as in the reference: m = NaN spreads to P, l and acc. (A vector max may
+          // drop a NaN lane, and std::max(-inf, NaN) is -inf, so look at the scores themselves.)
+          bool nan = false;
+          for (int64_t n = 0; n < nk; ++n) nan = nan || std::isnan(s[n]);
+          if (!nan) {  // nothing visible yet: P = 0 (PvMasked skips it when it matters)
+            for (int64_t n = 0; n < npad; ++n) s[n] = 0.f;
+            continue;
+          }
+          m_new = std::numeric_limits<float>::quiet_NaN();
         }
         const typename V::T vmn = V::Set1(m_new);
         typename V::T vsum = V::Zero();

@@ -137,6 +137,7 @@ inline void DecResolve(const Problem& p, const WorkItem& w, int64_t t0, DecTile*
 struct DecDq {
   const Dequant* dq = nullptr;
   bool has_off = false, per_chan = false;
+  bool chan_finite = true;  // per-channel: every scale and offset finite (DecDequant's FIN)
   const float* chan = nullptr;  // [n_hk][2][D]: scale, offset (per-channel only)
   int64_t D = 0;
 
@@ -154,6 +155,7 @@ struct DecDq {
       }
     }
     chan = buf;
+    for (int64_t i = 0; i < 2 * n_hk * dim; ++i) chan_finite = chan_finite && std::isfinite(buf[i]);
   }
   // Scale and offset of the row at antiquant coordinates c (storage b, s) of KV head h.
   void Row(const int64_t* c, int64_t h, float* scale, float* offset) const {
@@ -172,13 +174,25 @@ __attribute__((always_inline)) inline __m256 DecLoadQ8(const char* row, int64_t 
 
 // (x + offset) * scale rounded to the query dtype: the fp32 operations of attend-inl.h's DqAt in
 // the same order, so the dequantized values are bitwise those of the reference.
-template <bool OFF, Elem QE>
+// FIN: the scale and offset are finite, so (x + offset) * scale is finite or an infinity, never
+// a NaN, and the bf16 rounding needs no NaN blend (an infinity rounds to itself; a finite value
+// rounds as cvt::F32ToBF16 rounds it, overflowing to an infinity where it does).
+template <bool OFF, Elem QE, bool FIN = false>
 __attribute__((always_inline)) inline __m256 DecDequant(__m256 x, __m256 scale, __m256 offset) {
   if constexpr (OFF) x = _mm256_add_ps(x, offset);
   x = _mm256_mul_ps(x, scale);
-  if constexpr (QE == Elem::kBF16) return V::RoundBF16(x);
-  else if constexpr (QE == Elem::kF16) return V::RoundF16(x);
-  else return x;
+  if constexpr (QE == Elem::kBF16 && FIN) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
+    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else if constexpr (QE == Elem::kBF16) {
+    return V::RoundBF16(x);
+  } else if constexpr (QE == Elem::kF16) {
+    return V::RoundF16(x);
+  } else {
+    return x;
+  }
 }
 
 // A prefetch stream over the rows of a tile in token order (every head's row of a token, then
@@ -284,7 +298,7 @@ __attribute__((always_inline)) inline void DecScoreBlock(const float* q, int64_t
 // st[(n0 + k) * RP + r] = q_r . deq(K[n0 + k]) for an int8 / int4 K: q rows in channel order;
 // each 8 channels of a key are widened, dequantized (DecDequant) and FMAed into RP rows. sc / oc:
 // per-row parameters of the KB keys, or (CHAN) the head's per-channel vectors.
-template <int RP, int KB, DecKind K, bool OFF, bool CHAN, Elem QE>
+template <int RP, int KB, DecKind K, bool OFF, bool CHAN, Elem QE, bool FIN>
 __attribute__((always_inline)) inline void DecScoreBlockDq(const float* q, int64_t D,
                                                            const char* const* kr,
                                                            const float* sc, const float* oc,
@@ -301,7 +315,7 @@ __attribute__((always_inline)) inline void DecScoreBlockDq(const float* q, int64
       const __m256 s = CHAN ? _mm256_loadu_ps(sc + d) : _mm256_set1_ps(sc[k]);
       const __m256 o = !OFF ? _mm256_setzero_ps() : CHAN ? _mm256_loadu_ps(oc + d)
                                                          : _mm256_set1_ps(oc[k]);
-      const __m256 x = DecDequant<OFF, QE>(DecLoadQ8<K>(kr[k], d), s, o);
+      const __m256 x = DecDequant<OFF, QE, FIN>(DecLoadQ8<K>(kr[k], d), s, o);
       OPENFIA_UNROLL
       for (int r = 0; r < RP; ++r)
         acc[k][r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * D + d), x, acc[k][r]);
@@ -318,20 +332,28 @@ template <DecKind K, bool OFF, bool CHAN, Elem QE>
 inline void DecDequantRows(const DecTile& t, const DecDq& dq, int64_t hk, int64_t x, int64_t n0,
                            int64_t n1, int64_t Dv, float* vb) {
   const float* cs = CHAN ? dq.chan + 2 * x * Dv : nullptr;
+  // One row: the parameters as vectors (per channel) or broadcast (per row).
+  const auto row_of = [&]<bool FIN>(const char* row, float* dst, __m256 vs, __m256 vo) {
+    for (int64_t d = 0; d < Dv; d += 8) {
+      const __m256 s = CHAN ? _mm256_loadu_ps(cs + d) : vs;
+      const __m256 o = CHAN ? _mm256_loadu_ps(cs + Dv + d) : vo;
+      _mm256_storeu_ps(dst + d, DecDequant<OFF, QE, FIN>(DecLoadQ8<K>(row, d), s, o));
+    }
+  };
   for (int64_t n = n0; n < n1; ++n) {
     const char* row = t.v[n] + x * t.vstep[n];
     float* dst = vb + (n - n0) * Dv;
-    if constexpr (CHAN) {
-      for (int64_t d = 0; d < Dv; d += 8)
-        _mm256_storeu_ps(dst + d, DecDequant<OFF, QE>(DecLoadQ8<K>(row, d), _mm256_loadu_ps(cs + d),
-                                                      _mm256_loadu_ps(cs + Dv + d)));
-    } else {
+    bool fin = dq.chan_finite;
+    __m256 vs = _mm256_setzero_ps(), vo = _mm256_setzero_ps();
+    if constexpr (!CHAN) {
       float s, o;
       dq.Row(t.vc + 2 * n, hk + x, &s, &o);
-      const __m256 vs = _mm256_set1_ps(s), vo = _mm256_set1_ps(o);
-      for (int64_t d = 0; d < Dv; d += 8)
-        _mm256_storeu_ps(dst + d, DecDequant<OFF, QE>(DecLoadQ8<K>(row, d), vs, vo));
+      vs = _mm256_set1_ps(s);
+      vo = _mm256_set1_ps(o);
+      fin = std::isfinite(s) && std::isfinite(o);
     }
+    if (QE == Elem::kBF16 && fin) row_of.template operator()<true>(row, dst, vs, vo);
+    else row_of.template operator()<false>(row, dst, vs, vo);
   }
 }
 
@@ -390,6 +412,9 @@ inline void DecSoftmax(float* st, int64_t nk, float scale, Elem pe, float* m, fl
   alignas(32) float tsum[8];
   _mm256_store_ps(tsum, DecFold<RP>(vsum, [](__m256 a, __m256 b) { return _mm256_add_ps(a, b); }));
   for (int64_t r = 0; r < RP; ++r) {
+    // A row with no finite score yet whose sum is NaN met a NaN score: the row is NaN, as in the
+    // reference (m = NaN spreads to every later tile; the epilogue would read m = -inf as empty).
+    if (m[r] == kNegInf && std::isnan(tsum[r])) m[r] = std::numeric_limits<float>::quiet_NaN();
     l[r] = l[r] * alpha[r] + tsum[r];
     if (alpha[r] != 1.f) {
       float* a = acc + r * acc_stride;
@@ -493,13 +518,18 @@ inline int64_t DecScratchFloats(const Problem& p, const WorkItem& w) {
          kDecChunk * p.d_v;
 }
 
+// fin: every scale and offset of the block is finite (DecDequant's FIN).
 template <int KB, int RP, DecKind K, bool OFF, bool CHAN>
-inline void DecScoreDqQ(Elem qe, const float* q, int64_t D, const char* const* kr,
+inline void DecScoreDqQ(Elem qe, bool fin, const float* q, int64_t D, const char* const* kr,
                         const float* sc, const float* oc, int64_t n0, float* st) {
   switch (qe) {
-    case Elem::kBF16: return DecScoreBlockDq<RP, KB, K, OFF, CHAN, Elem::kBF16>(q, D, kr, sc, oc, n0, st);
-    case Elem::kF16: return DecScoreBlockDq<RP, KB, K, OFF, CHAN, Elem::kF16>(q, D, kr, sc, oc, n0, st);
-    default: return DecScoreBlockDq<RP, KB, K, OFF, CHAN, Elem::kF32>(q, D, kr, sc, oc, n0, st);
+    case Elem::kBF16:
+      if (fin) return DecScoreBlockDq<RP, KB, K, OFF, CHAN, Elem::kBF16, true>(q, D, kr, sc, oc, n0, st);
+      return DecScoreBlockDq<RP, KB, K, OFF, CHAN, Elem::kBF16, false>(q, D, kr, sc, oc, n0, st);
+    case Elem::kF16:
+      return DecScoreBlockDq<RP, KB, K, OFF, CHAN, Elem::kF16, false>(q, D, kr, sc, oc, n0, st);
+    default:
+      return DecScoreBlockDq<RP, KB, K, OFF, CHAN, Elem::kF32, false>(q, D, kr, sc, oc, n0, st);
   }
 }
 
@@ -515,12 +545,15 @@ inline void DecScoreDq(Elem qe, const DecDq& dq, const float* q, int64_t D, cons
   }
   const float* cs = dq.per_chan ? dq.chan + 2 * x * D : sc;
   const float* co = dq.per_chan ? dq.chan + (2 * x + 1) * D : oc;
+  bool fin = dq.chan_finite;
+  if (!dq.per_chan)
+    for (int k = 0; k < KB; ++k) fin = fin && std::isfinite(sc[k]) && std::isfinite(oc[k]);
   if (dq.per_chan) {
-    if (dq.has_off) return DecScoreDqQ<KB, RP, K, true, true>(qe, q, D, kr, cs, co, n0, st);
-    return DecScoreDqQ<KB, RP, K, false, true>(qe, q, D, kr, cs, co, n0, st);
+    if (dq.has_off) return DecScoreDqQ<KB, RP, K, true, true>(qe, fin, q, D, kr, cs, co, n0, st);
+    return DecScoreDqQ<KB, RP, K, false, true>(qe, fin, q, D, kr, cs, co, n0, st);
   }
-  if (dq.has_off) return DecScoreDqQ<KB, RP, K, true, false>(qe, q, D, kr, cs, co, n0, st);
-  return DecScoreDqQ<KB, RP, K, false, false>(qe, q, D, kr, cs, co, n0, st);
+  if (dq.has_off) return DecScoreDqQ<KB, RP, K, true, false>(qe, fin, q, D, kr, cs, co, n0, st);
+  return DecScoreDqQ<KB, RP, K, false, false>(qe, fin, q, D, kr, cs, co, n0, st);
 }
 
 template <DecKind K, bool OFF, bool CHAN>

@@ -67,6 +67,8 @@ void Compare(Case& c, const std::vector<uint8_t>& ref_out, const std::vector<flo
           bool ok;
           if (std::isnan(want) || std::isnan(got)) {
             ok = std::isnan(want) && std::isnan(got);
+          } else if (std::isinf(want) || std::isinf(got)) {
+            ok = got == want;  // the same infinity, at the same positions
           } else if (oe == Elem::kI8) {
             const int64_t c2 = h * p.d_v + d;
             const double qs = p.quant_scale2.size() == 1 ? p.quant_scale2[0] : p.quant_scale2[c2];
@@ -652,6 +654,54 @@ TEST(Engine, Avx2Decode) {
     s.kv_len = {1300, 45};
     s.seed = ++seed;
     RunQuantizedDecode(s, q.e, q.kk, q.vk, seed % 2 == 0, seed % 3 != 0, Avx2DecodeItems, avx2);
+  }
+}
+
+// The AVX2 decode kernel's dequantization drops the NaN blend of its bf16 rounding where the
+// antiquant parameters are finite (DecDequant FIN). Non-finite parameters must still give the
+// reference's NaNs and infinities at the same positions. The poisoned entries:
+// - one K token's scale NaN (its batch's scores, then its rows, NaN);
+// - one V token's scale inf (infinities, or NaN where x + offset is 0);
+// - one channel's K offset NaN, one channel's V scale inf (per-channel parameters).
+TEST(Engine, Avx2DecodeNonFiniteAntiquant) {
+  const bool avx2 = KernelsFor("avx2") != nullptr;
+  using K = Dequant::Kind;
+  int seed = 40;
+  for (const bool per_channel : {false, true}) {
+    CaseSpec s;
+    s.h_q = 16;
+    s.h_kv = 4;
+    s.d_qk = 64;
+    s.d_v = 32;
+    s.batch = 3;
+    s.q_len = {1, 1, 1};
+    s.kv_len = {300, 45, 200};
+    s.seed = ++seed;
+    const Elem e = per_channel ? Elem::kI4 : Elem::kI8;
+    const K kind = per_channel ? K::kPerChannel : K::kPerToken;
+    std::vector<std::vector<uint8_t>> keep;
+    const auto poison = [&](Case& c) {
+      std::mt19937 rng(s.seed);
+      Problem& p = c.problem();
+      Quantize(p, p.k, s.d_qk, e, kind, true, 1.f, keep, rng);
+      Quantize(p, p.v, s.d_v, e, kind, true, 1.f, keep, rng);
+      // Scales are bf16, offsets f32 (Quantize).
+      uint16_t* ks = static_cast<uint16_t*>(const_cast<void*>(p.k.dequant.scale));
+      uint16_t* vs = static_cast<uint16_t*>(const_cast<void*>(p.v.dequant.scale));
+      float* ko = static_cast<float*>(const_cast<void*>(p.k.dequant.offset));
+      const int64_t ns = p.k.dequant.sb;  // storage tokens per batch (contiguous cache)
+      if (per_channel) {
+        ko[1 * s.d_qk + 5] = std::numeric_limits<float>::quiet_NaN();  // KV head 1, channel 5
+        vs[2 * s.d_v + 3] = 0x7F80;                                  // KV head 2, channel 3: inf
+      } else {
+        ks[0 * ns + 7] = 0x7FC0;  // batch 0, token 7: NaN
+        vs[2 * ns + 9] = 0x7F80;  // batch 2, token 9: inf
+      }
+    };
+    Case c(s);
+    poison(c);
+    if (avx2) EXPECT_GT(Avx2DecodeItems(c.problem()), 0) << "per_channel " << per_channel;
+    RunCase(s, poison, false);
   }
 }
 
