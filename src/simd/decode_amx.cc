@@ -694,12 +694,19 @@ void Run(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates
           vm = _mm512_max_ps(vm, xs[k]);
         }
         const float m_old = m[r];
-        const float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
+        float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
         float* pr = pf + r * TN;
         toff[r] = 0.f;
-        if (m_new == kNegInf) {  // nothing finite yet: P = 0
-          std::memset(pr, 0, TN * 4);
-          continue;
+        if (m_new == kNegInf) {
+          // Nothing finite yet; a NaN score makes the row NaN (the reference's result), which the
+          // max above cannot show (std::max(-inf, NaN) is -inf), so look for one.
+          __mmask16 nan = 0;
+          for (int k = 0; k < TN / 16; ++k) nan |= _mm512_cmp_ps_mask(xs[k], xs[k], _CMP_UNORD_Q);
+          if (nan == 0) {  // P = 0
+            std::memset(pr, 0, TN * 4);
+            continue;
+          }
+          m_new = std::numeric_limits<float>::quiet_NaN();
         }
         const __m512 vmn = _mm512_set1_ps(m_new);
         __m512 vsum = _mm512_setzero_ps();

@@ -611,10 +611,15 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
           vm = _mm512_max_ps(vm, x[k]);
         }
         const float m_old = out.m[r];
-        const float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
-        if (m_new == kNegInf) {
-          std::memset(pr, 0, TN * 2);
-          continue;
+        float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
+        if (m_new == kNegInf) {  // nothing finite yet: P = 0, unless a score is NaN (row NaN)
+          __mmask16 nan = 0;
+          for (int k = 0; k < TN / 16; ++k) nan |= _mm512_cmp_ps_mask(x[k], x[k], _CMP_UNORD_Q);
+          if (nan == 0) {
+            std::memset(pr, 0, TN * 2);
+            continue;
+          }
+          m_new = std::numeric_limits<float>::quiet_NaN();
         }
         const __m512 vmn = _mm512_set1_ps(m_new);
         __m512 vsum = _mm512_setzero_ps();
@@ -656,10 +661,18 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
       __m512 vm = _mm512_set1_ps(kNegInf);
       for (int64_t n = 0; n < TN; n += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(s + n));
       const float m_old = out.m[r];
-      const float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
-      if (m_new == kNegInf) {  // nothing visible yet: P = 0
-        std::memset(pr, 0, TN * 2);
-        continue;
+      float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
+      if (m_new == kNegInf) {  // nothing visible yet: P = 0, unless a score is NaN (row NaN)
+        __mmask16 nan = 0;
+        for (int64_t n = 0; n < TN; n += 16) {
+          const __m512 x = _mm512_loadu_ps(s + n);
+          nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        }
+        if (nan == 0) {
+          std::memset(pr, 0, TN * 2);
+          continue;
+        }
+        m_new = std::numeric_limits<float>::quiet_NaN();
       }
       const __m512 vmn = _mm512_set1_ps(m_new);
       __m512 vsum = _mm512_setzero_ps();
