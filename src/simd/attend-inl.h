@@ -465,6 +465,7 @@ struct FastRows {
   const void* row[TN];
   int64_t doff[1024 / W + 1];
   bool ok = false;
+  bool linear = false;  // doff[k] == k * W
 };
 
 inline bool MakeFastRows(const KvOperand& kv, const void* const* base, const int64_t* off,
@@ -475,7 +476,11 @@ inline bool MakeFastRows(const KvOperand& kv, const void* const* base, const int
     if (pre[n] != pre[0]) return false;
   const int64_t size = o.elem == Elem::kF32 ? 4 : 2;
   for (int64_t n = 0; n < nk; ++n) f->row[n] = static_cast<const char*>(base[n]) + off[n] * size;
-  for (int64_t k = 0; k * W < D; ++k) f->doff[k] = DOff(o, k * W);
+  f->linear = true;
+  for (int64_t k = 0; k * W < D; ++k) {
+    f->doff[k] = DOff(o, k * W);
+    f->linear = f->linear && f->doff[k] == k * W;
+  }
   return true;
 }
 
@@ -484,14 +489,16 @@ inline void PackKTFast(const FastRows& f, int64_t nk, int64_t D, int64_t row0, f
   const int64_t npad = (nk + W - 1) / W * W, dfull = D / W * W;
   for (int64_t n0 = 0; n0 < npad; n0 += W) {
     const int m = static_cast<int>(std::min<int64_t>(W, nk - n0));
+    const void* rows[W];  // local copies: the stores below could alias f as far as GCC knows
+    for (int i = 0; i < W; ++i) rows[i] = i < m ? f.row[n0 + i] : nullptr;
     for (int64_t d0 = 0; d0 < dfull; d0 += W) {
       typename V::T r[W];
       const int64_t e = f.doff[d0 / W];
       if (m == W) {
         OPENFIA_UNROLL
-        for (int i = 0; i < W; ++i) r[i] = LoadAt<E>(f.row[n0 + i], e);
+        for (int i = 0; i < W; ++i) r[i] = LoadAt<E>(rows[i], e);
       } else {
-        for (int i = 0; i < W; ++i) r[i] = i < m ? LoadAt<E>(f.row[n0 + i], e) : V::Zero();
+        for (int i = 0; i < W; ++i) r[i] = i < m ? LoadAt<E>(rows[i], e) : V::Zero();
       }
       V::Transpose(r);
       OPENFIA_UNROLL
@@ -562,8 +569,13 @@ inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* 
 template <Elem E>
 inline void PackVFast(const FastRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
   for (int64_t n = 0; n < nk; ++n) {
-    float* dst = v + n * ld;
-    for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(dst + d0, LoadAt<E>(f.row[n], f.doff[d0 / W]));
+    float* const dst = v + n * ld;
+    const void* const src = f.row[n];
+    if (f.linear) {
+      for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(dst + d0, LoadAt<E>(src, d0));
+    } else {
+      for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(dst + d0, LoadAt<E>(src, f.doff[d0 / W]));
+    }
   }
 }
 
@@ -604,7 +616,10 @@ inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* o
     const Operand& o = pre[n] ? kv.prefix : kv.cache;
     float* dst = v + n * ld;
     for (int64_t d = dfull; d < D; ++d) dst[d] = LoadElem(o, dq, n, pre[n], base[n], off[n], d);
-    for (int64_t d = D; d < ld; ++d) dst[d] = 0.f;
+    int64_t d = D;
+    if (D % W == 0)
+      for (; d + W <= ld; d += W) V::Store(dst + d, V::Zero());
+    for (; d < ld; ++d) dst[d] = 0.f;
   }
 }
 
