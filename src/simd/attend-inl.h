@@ -861,6 +861,28 @@ inline float ExpScalar(float x) {
   return t[0];
 }
 
+// Row r of item w (KV head hk) before its softmax, scores already scaled: the pse bias added,
+// cells the tile's visibility hides (boundary tiles, !full) and the padding [nk, npad) set to
+// -inf.
+inline void BiasAndMaskRow(const Problem& p, const WorkItem& w, const ItemOrigins& org,
+                           int64_t hk, int64_t r, int64_t jt0, int64_t nk, int64_t npad,
+                           bool full, const uint8_t* vis, float* s) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t nq = w.i1 - w.i0;
+  if (p.pse) {
+    const int64_t h = hk * p.group() + w.g0 + r / nq, i = w.i0 + r % nq;
+    const int64_t po = w.b * p.pse_sb + h * p.pse_sh + (org.pse_row0 + i) * p.pse_ss +
+                       (org.pse_col0 + jt0) * p.pse_sk;
+    for (int64_t n = 0; n < nk; ++n) s[n] += cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
+  }
+  if (!full) {
+    const uint8_t* vr = vis + (r % nq) * TN;
+    for (int64_t n = 0; n < nk; ++n)
+      if (!vr[n]) s[n] = kNegInf;
+  }
+  for (int64_t n = nk; n < npad; ++n) s[n] = kNegInf;
+}
+
 inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                        const RowStates& out) {
   if (p.full_quant) return AttendFullQuant(p, w, sc, out);
@@ -874,8 +896,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   const float scale = static_cast<float>(p.scale);
   const Elem pe = p.q.elem;  // P is rounded to the query dtype before P * V (SPEC 2.6)
   const ItemOrigins org = OriginsOf(p, b);
-  const int64_t pre = org.pre, next = org.next, pse_row0 = org.pse_row0,
-                pse_col0 = org.pse_col0;
+  const int64_t pre = org.pre, next = org.next;
 
   ResetRowStates(out, rows, ldv);
   if (w.j0 >= w.j1) return;
@@ -991,18 +1012,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       for (int64_t r = 0; r < hrows; ++r) {
         float* s = sc.s + r * TN;
         for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
-        if (p.pse) {
-          const int64_t h = hk * G + w.g0 + r / nq, i = w.i0 + r % nq;
-          const int64_t po = b * p.pse_sb + h * p.pse_sh + (pse_row0 + i) * p.pse_ss +
-                             (pse_col0 + jt0) * p.pse_sk;
-          for (int64_t n = 0; n < nk; ++n) s[n] += cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
-        }
-        if (!full) {
-          const uint8_t* vr = sc.vis + (r % nq) * TN;
-          for (int64_t n = 0; n < nk; ++n)
-            if (!vr[n]) s[n] = kNegInf;
-        }
-        for (int64_t n = nk; n < npad; ++n) s[n] = kNegInf;
+        BiasAndMaskRow(p, w, org, hk, r, jt0, nk, npad, full, sc.vis, s);
 
         typename V::T vm = V::Set1(kNegInf);
         for (int64_t n = 0; n < npad; n += W) vm = V::Max(vm, V::Load(s + n));

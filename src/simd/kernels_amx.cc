@@ -531,14 +531,13 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
   if (!AmxCan(p, w)) return Avx512Kernels()->attend(p, w, sc, out);
   if (PrefillCan(p, w)) return AmxPrefill(p, w, sc, out);  // dense bf16 prefill, no rope
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
+  const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows();
   const int64_t rows_pad = (rows + 15) / 16 * 16;
   // D: the channels of a packed Q row / K tile, nope then rope, zero-padded to a multiple of 32.
   const int64_t D = p.d_qk + (p.d_rope + 31) / 32 * 32, Dv = p.d_v, ldv = sc.dv_pad;
   const float scale = static_cast<float>(p.scale);
   const ItemOrigins org = OriginsOf(p, b);
-  const int64_t pre = org.pre, next = org.next, pse_row0 = org.pse_row0,
-                pse_col0 = org.pse_col0;
+  const int64_t pre = org.pre, next = org.next;
 
   ResetRowStates(out, rows, ldv);
   if (w.j0 >= w.j1) return;
@@ -645,18 +644,7 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
       }
       for (int64_t n = 0; n < TN; n += 16)
         _mm512_storeu_ps(s + n, _mm512_mul_ps(_mm512_loadu_ps(s + n), vscale));
-      if (p.pse) {
-        const int64_t h = w.hk * G + w.g0 + r / nq, i = w.i0 + r % nq;
-        const int64_t po = b * p.pse_sb + h * p.pse_sh + (pse_row0 + i) * p.pse_ss +
-                           (pse_col0 + jt0) * p.pse_sk;
-        for (int64_t n = 0; n < nk; ++n) s[n] += cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
-      }
-      if (!full) {
-        const uint8_t* vr = sc.vis + (r % nq) * TN;
-        for (int64_t n = 0; n < nk; ++n)
-          if (!vr[n]) s[n] = kNegInf;
-      }
-      for (int64_t n = nk; n < TN; ++n) s[n] = kNegInf;
+      BiasAndMaskRow(p, w, org, w.hk, r, jt0, nk, TN, full, sc.vis, s);
 
       __m512 vm = _mm512_set1_ps(kNegInf);
       for (int64_t n = 0; n < TN; n += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(s + n));
