@@ -484,8 +484,11 @@ inline bool MakeFastRows(const KvOperand& kv, const void* const* base, const int
   return true;
 }
 
-template <Elem E>
-inline void PackKTFast(const FastRows& f, int64_t nk, int64_t D, int64_t row0, float* kt) {
+// kAlsoV: the rows are the values too (K = V, SparseAttnSharedkv): each W x W block is also
+// stored untransposed into v (row stride ld), so the rows are read and converted once.
+template <Elem E, bool kAlsoV = false>
+inline void PackKTFast(const FastRows& f, int64_t nk, int64_t D, int64_t row0, float* kt,
+                       float* v = nullptr, int64_t ld = 0) {
   const int64_t npad = (nk + W - 1) / W * W, dfull = D / W * W;
   for (int64_t n0 = 0; n0 < npad; n0 += W) {
     const int m = static_cast<int>(std::min<int64_t>(W, nk - n0));
@@ -500,6 +503,8 @@ inline void PackKTFast(const FastRows& f, int64_t nk, int64_t D, int64_t row0, f
       } else {
         for (int i = 0; i < W; ++i) r[i] = i < m ? LoadAt<E>(rows[i], e) : V::Zero();
       }
+      if constexpr (kAlsoV)
+        for (int i = 0; i < m; ++i) V::Store(v + (n0 + i) * ld + d0, r[i]);
       V::Transpose(r);
       OPENFIA_UNROLL
       for (int i = 0; i < W; ++i) V::Store(kt + (row0 + d0 + i) * TN + n0, r[i]);
@@ -566,6 +571,14 @@ inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* 
   }
 }
 
+// dst[d] = 0 for D <= d < ld (a packed row's padding).
+inline void ZeroPad(float* dst, int64_t D, int64_t ld) {
+  int64_t d = D;
+  if (D % W == 0)
+    for (; d + W <= ld; d += W) V::Store(dst + d, V::Zero());
+  for (; d < ld; ++d) dst[d] = 0.f;
+}
+
 template <Elem E>
 inline void PackVFast(const FastRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
   for (int64_t n = 0; n < nk; ++n) {
@@ -616,11 +629,40 @@ inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* o
     const Operand& o = pre[n] ? kv.prefix : kv.cache;
     float* dst = v + n * ld;
     for (int64_t d = dfull; d < D; ++d) dst[d] = LoadElem(o, dq, n, pre[n], base[n], off[n], d);
-    int64_t d = D;
-    if (D % W == 0)
-      for (; d + W <= ld; d += W) V::Store(dst + d, V::Zero());
-    for (; d < ld; ++d) dst[d] = 0.f;
+    ZeroPad(dst, D, ld);
   }
+}
+
+// Operands whose rows at the same offsets hold the same values, channel for channel.
+inline bool SameLayout(const Operand& a, const Operand& b) {
+  return a.data == b.data && a.batch_data == b.batch_data && a.elem == b.elem && a.sd == b.sd &&
+         a.d_split == b.d_split && a.sd_outer == b.sd_outer;
+}
+
+// K = V (SparseAttnSharedkv; any FIA call given the same tensor twice): the same unquantized
+// operands, whole vectors of channels, no rope (checked once per item).
+inline bool KvShared(const Problem& p, const KvOperand& kx, const KvOperand& vx, int64_t D) {
+  return p.d_rope == 0 && p.d_v == p.d_qk && D % W == 0 &&
+         kx.dequant.kind == Dequant::Kind::kNone && vx.dequant.kind == Dequant::Kind::kNone &&
+         kx.prefix_dequant.kind == Dequant::Kind::kNone &&
+         vx.prefix_dequant.kind == Dequant::Kind::kNone && SameLayout(kx.cache, vx.cache) &&
+         SameLayout(kx.prefix, vx.prefix);
+}
+
+// With KvShared: when every key of the tile has the same storage row as its value, packs kt
+// (as PackKT) and v (as PackV) in one pass over the rows.
+inline bool PackKVShared(const KvOperand& kx, const EngineScratch& sc, int64_t nk, int64_t D,
+                         int64_t ld, FastRows* fast) {
+  for (int64_t n = 0; n < nk; ++n)
+    if (sc.kbase[n] != sc.vbase[n] || sc.koff[n] != sc.voff[n]) return false;
+  if (!MakeFastRows(kx, sc.kbase, sc.koff, sc.kpre, nk, D, fast)) return false;
+  switch ((sc.kpre[0] ? kx.prefix : kx.cache).elem) {
+    case Elem::kF32: PackKTFast<Elem::kF32, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
+    case Elem::kF16: PackKTFast<Elem::kF16, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
+    default: PackKTFast<Elem::kBF16, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
+  }
+  for (int64_t n = 0; n < nk; ++n) ZeroPad(sc.v + n * ld, D, ld);
+  return true;
 }
 
 // True when a packed value is not finite (then masked cells must be skipped, not multiplied by
@@ -923,6 +965,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   const KvOperand& Kx = two ? k_two : p.k;
   const KvOperand& Vx = two ? v_two : p.v;
   const KvOperand& Rx = p.k_rope;
+  const bool kv_shared = KvShared(p, Kx, Vx, D);
 
   FastRows fast, fastv;
   DqRows dq_rows;  // reused by every antiquant pack (each fills it for its own operand)
@@ -997,11 +1040,13 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s);
         PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
       } else {
-        PackKT(Kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
-        if (p.d_rope > 0)
-          PackKT(Rx, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
-                 &dq_rows);
-        PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
+        if (!kv_shared || !PackKVShared(Kx, sc, nk, D, vs, &fast)) {
+          PackKT(Kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
+          if (p.d_rope > 0)
+            PackKT(Rx, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
+                   &dq_rows);
+          PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
+        }
         v_bad = !full && AnyNonFinite(sc.v, nk, vs);
         Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
       }
@@ -1039,7 +1084,10 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
           else if (pe == Elem::kF16) e = V::RoundF16(e);
           V::Store(s + n, e);
         }
-        const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
+        // exp(0) is exactly 1 (the polynomial at r = 0): an unchanged finite maximum needs no exp.
+        const float alpha = m_old == kNegInf                            ? 0.f
+                            : m_old == m_new && std::isfinite(m_old) ? 1.f
+                                                                      : ExpScalar(m_old - m_new);
         o.l[r] = o.l[r] * alpha + V::ReduceSum(vsum);
         o.m[r] = m_new;
         if (alpha != 1.f) {

@@ -59,7 +59,7 @@ TEST(SimdExp, SpecialValues) {
     EXPECT_EQ(y[0], 0.f) << t;
     EXPECT_EQ(y[1], inf) << t;
     EXPECT_TRUE(std::isnan(y[2])) << t;
-    EXPECT_EQ(y[3], 1.f) << t;
+    EXPECT_EQ(y[3], 1.f) << t;  // exactly: the softmax skips exp(m_old - m_new) when m is unchanged
     EXPECT_EQ(y[4], 0.f) << t;
   }
 }
