@@ -152,6 +152,28 @@ TEST(Engine, Bf16Basic) {
   RunCase(s);
 }
 
+// K = V (one tensor for both, as SparseAttnSharedkv always has): the packed path reads and
+// converts each row once for both packings (PackKVShared). Dense, paged, a shared prefix, a
+// causal boundary and key counts off the tile and vector widths, in every dtype.
+TEST(Engine, SameTensorForKeysAndValues) {
+  for (Elem e : {Elem::kBF16, Elem::kF16, Elem::kF32}) {
+    for (int64_t block : {0, 16}) {
+      CaseSpec s;
+      s.qe = s.oe = e;
+      s.batch = 2;
+      s.h_q = 4;
+      s.h_kv = 2;
+      s.d_qk = s.d_v = 48;
+      s.q_len = {33, 70};
+      s.kv_len = {77, 130};
+      s.block = block;
+      s.causal_br = true;
+      s.prefix = block == 0 ? 0 : 21;
+      RunCase(s, [](Case& c) { c.problem().v = c.problem().k; }, /*oracle=*/false);
+    }
+  }
+}
+
 TEST(Engine, DtypesF16F32) {
   for (Elem e : {Elem::kF16, Elem::kF32}) {
     CaseSpec s;
