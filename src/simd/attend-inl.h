@@ -3,7 +3,8 @@
 // Included (without include guard, on purpose) inside namespace openfia::internal::<target> by
 // each per-ISA file after it defines `struct V`, the target's vector traits:
 //   kW lanes; T the register type; Zero, Set1, Load, Store (unaligned f32); Fma(a, b, c) = a*b+c,
-//   Mul, Add, Sub, Max; ReduceMax, ReduceSum; Exp; RoundBF16, RoundF16 (round each lane to the
+//   Mul, Add, Sub, Max; ReduceMax, ReduceSum; Exp; ExpP (exp of x <= 0, 0 below -86.5,
+//   never subnormal); RoundBF16, RoundF16 (round each lane to the
 //   format, result as f32); LoadF16, LoadBF16, LoadI8 (kW elements -> f32); LoadI4 (kW / 2
 //   bytes, two's complement nibbles low first -> f32; unused when kW == 1); Transpose(T r[kW]).
 // The includer has already included <algorithm>, <cmath>, <cstring>, <limits>, common/problem.h,
@@ -668,12 +669,21 @@ inline bool PackKVShared(const KvOperand& kx, const EngineScratch& sc, int64_t n
 // True when a packed value is not finite (then masked cells must be skipped, not multiplied by
 // P = 0). Checked on boundary tiles only: elsewhere every cell is visible and NaN must propagate.
 inline bool AnyNonFinite(const float* v, int64_t nk, int64_t ld) {
-  typename V::T bad = V::Zero();  // x - x is 0 for finite x and NaN otherwise
-  for (int64_t i = 0; i < nk * ld; i += W) {
+  // x - x is 0 for finite x and NaN otherwise; four sums, so that the pass is not one chain of
+  // dependent additions (every tile of the packed path runs it).
+  typename V::T bad[4] = {V::Zero(), V::Zero(), V::Zero(), V::Zero()};
+  const int64_t n = nk * ld;
+  int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W)
+    for (int k = 0; k < 4; ++k) {
+      const typename V::T x = V::Load(v + i + k * W);
+      bad[k] = V::Add(bad[k], V::Sub(x, x));
+    }
+  for (; i < n; i += W) {
     const typename V::T x = V::Load(v + i);
-    bad = V::Add(bad, V::Sub(x, x));
+    bad[0] = V::Add(bad[0], V::Sub(x, x));
   }
-  return V::ReduceSum(bad) != 0.f;
+  return V::ReduceSum(V::Add(V::Add(bad[0], bad[1]), V::Add(bad[2], bad[3]))) != 0.f;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1023,7 +1033,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       const bool stream = stream_ok && full && !kdq.any() && !vdq.any() &&
                           MakeFastRows(Kx, sc.kbase, sc.koff, sc.kpre, nk, D, &fast) &&
                           MakeFastRows(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, &fastv);
-      bool v_bad = false;
+      bool v_bad = false, v_seen = false;  // v_seen: v_bad says whether V has a non-finite value
       if (stream) {
         switch (FastElem(Kx, sc.kpre)) {
           case Elem::kF32: StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s); break;
@@ -1047,7 +1057,8 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                    &dq_rows);
           PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
         }
-        v_bad = !full && AnyNonFinite(sc.v, nk, vs);
+        v_bad = AnyNonFinite(sc.v, nk, vs);
+        v_seen = true;
         Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
       }
 
@@ -1077,13 +1088,22 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         }
         const typename V::T vmn = V::Set1(m_new);
         typename V::T vsum = V::Zero();
-        for (int64_t n = 0; n < npad; n += W) {
-          typename V::T e = V::Exp(V::Sub(V::Load(s + n), vmn));
-          vsum = V::Add(vsum, e);
-          if (pe == Elem::kBF16) e = V::RoundBF16(e);
-          else if (pe == Elem::kF16) e = V::RoundF16(e);
-          V::Store(s + n, e);
-        }
+        const auto exp_pass = [&]<bool kP>() {
+          for (int64_t n = 0; n < npad; n += W) {
+            const typename V::T x = V::Sub(V::Load(s + n), vmn);
+            typename V::T e = kP ? V::ExpP(x) : V::Exp(x);
+            vsum = V::Add(vsum, e);
+            if (pe == Elem::kBF16) e = V::RoundBF16(e);
+            else if (pe == Elem::kF16) e = V::RoundF16(e);
+            V::Store(s + n, e);
+          }
+        };
+        // ExpP drops probabilities below exp(-86.5) ~ 2.6e-38 (against l >= 1 they vanish in
+        // fp32) and so never computes a subnormal; a non-finite value must still meet the tiny
+        // probability the reference gives it (tiny x inf = inf, 0 x inf = NaN): exact Exp there,
+        // and on the streaming paths, which do not look at V.
+        if (v_seen && !v_bad) exp_pass.template operator()<true>();
+        else exp_pass.template operator()<false>();
         // exp(0) is exactly 1 (the polynomial at r = 0): an unchanged finite maximum needs no exp.
         const float alpha = m_old == kNegInf                            ? 0.f
                             : m_old == m_new && std::isfinite(m_old) ? 1.f
@@ -1106,12 +1126,24 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
           default: StreamPv<Elem::kBF16>(sc.s, hrows, fastv, Dv, nk, o.acc, o.acc_stride);
             break;
         }
-      } else if (!full && v_bad) {
+      } else if (!full && v_bad) {  // v_bad: see AnyNonFinite above
         PvMasked(sc.s, hrows, sc.vis, nq, sc.v, vs, ldv, nk, o.acc, o.acc_stride);
       } else {
         Pv(sc.s, hrows, sc.v, vs, ldv, nk, o.acc, o.acc_stride);
       }
     }
+  }
+}
+
+// y[i] = ExpP(x[i]) (the table's exp_p entry, for tests).
+inline void ExpPArray(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) V::Store(y + i, V::ExpP(V::Load(x + i)));
+  for (; i < n; ++i) {
+    alignas(64) float t[W] = {};
+    t[0] = x[i];
+    V::Store(t, V::ExpP(V::Load(t)));
+    y[i] = t[0];
   }
 }
 

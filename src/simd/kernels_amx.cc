@@ -729,7 +729,7 @@ void AmxAttend(const Problem& p, const WorkItem& w, EngineScratch& sc, const Row
 
 #include "simd/rows-inl.h"
 
-const KernelTable kTable = {"amx", &ExpArray, &AmxAttend, &ScaleRow, &Axpy};
+const KernelTable kTable = {"amx", &ExpArray, &ExpPArray, &AmxAttend, &ScaleRow, &Axpy};
 
 }  // namespace openfia::internal::amx_target
 #pragma GCC pop_options

@@ -36,7 +36,7 @@ struct V : Avx512Vec {};
 #undef OPENFIA_ATTEND_COLS
 #include "simd/rows-inl.h"
 
-const KernelTable kTable = {"avx512", &ExpArray, &AttendImpl, &ScaleRow, &Axpy};
+const KernelTable kTable = {"avx512", &ExpArray, &ExpPArray, &AttendImpl, &ScaleRow, &Axpy};
 
 }  // namespace openfia::internal::avx512_target
 

@@ -74,6 +74,8 @@ struct KernelTable {
   const char* name;
   // y[i] = exp(x[i]) as the softmax computes it (tests measure its ulp error).
   void (*exp)(const float* x, float* y, int64_t n);
+  // y[i] = the softmax probability's exp(x[i]) (x <= 0): 0 below -86.5, never subnormal.
+  void (*exp_p)(const float* x, float* y, int64_t n);
   // Attends the rows of `w` to its keys; see RowStates. Never allocates, never throws.
   void (*attend)(const Problem& p, const WorkItem& w, EngineScratch& s, const RowStates& out);
   // The epilogue's contiguous rows (rows-inl.h), bitwise the engine's scalar loops; nullptr

@@ -726,6 +726,43 @@ TEST(Engine, Avx2DecodeNonFiniteAntiquant) {
   }
 }
 
+// A value of +inf at a key whose score is ~90 below the row maximum: its probability exp(-90) ~
+// 8e-40 is tiny but not zero (in bf16 too), so the output is +inf there, as in the reference. The
+// packed path's probability exp (ExpP) drops anything below exp(-86.5); it must not run when a
+// tile's V holds a non-finite value (0 x inf would be NaN). Full tiles, no mask: the pse shift
+// makes the gap.
+TEST(Engine, InfiniteValueMeetsATinyProbability) {
+  for (Elem e : {Elem::kBF16, Elem::kF32}) {
+    for (int64_t kv : {64, 130}) {
+      CaseSpec s;
+      s.qe = e;
+      s.oe = Elem::kF32;
+      s.batch = 1;
+      s.h_q = 2;
+      s.h_kv = 1;
+      s.d_qk = s.d_v = 32;
+      s.q_len = {24};
+      s.kv_len = {kv};
+      s.pse = Elem::kF32;
+      RunCase(s, [kv](Case& c) {
+        Problem& p = c.problem();
+        const int64_t j = kv / 2 + 3;  // a key inside a full tile
+        float* pse = const_cast<float*>(static_cast<const float*>(p.pse));
+        for (int64_t h = 0; h < p.h_q; ++h)
+          for (int64_t i = 0; i < p.q_len[0]; ++i)
+            pse[h * p.pse_sh + (p.pse_row0[0] + i) * p.pse_ss + (p.pse_col0[0] + j) * p.pse_sk] =
+                -90.f;
+        const int64_t o = p.v.cache.Offset(0, 0, j, 3);
+        if (p.v.cache.elem == Elem::kF32)
+          const_cast<float*>(static_cast<const float*>(p.v.cache.data))[o] =
+              std::numeric_limits<float>::infinity();
+        else
+          const_cast<uint16_t*>(static_cast<const uint16_t*>(p.v.cache.data))[o] = 0x7F80;
+      });
+    }
+  }
+}
+
 TEST(Engine, LargeScoresStayFinite) {
   CaseSpec s;
   s.amp = 6.f;  // scores up to ~ 6*6*32*0.25: exp needs the running-max rescale

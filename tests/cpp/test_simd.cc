@@ -64,6 +64,42 @@ TEST(SimdExp, SpecialValues) {
   }
 }
 
+// The softmax probability's exp (x = s - m <= 0): a few ulp where exp(x) >= exp(-86.5), exactly
+// 0 below, never a subnormal (a subnormal result costs a microcode assist on some CPUs), NaN
+// kept, exp(0) exactly 1.
+TEST(SimdExp, ProbabilityExpFewUlpAndNeverSubnormal) {
+  for (const char* t : {"scalar", "avx2", "avx512"}) {
+    const KernelTable* k = KernelsFor(t);
+    if (!k) continue;
+    std::vector<float> x, y;
+    for (float v = -110.f; v <= 0.f; v += 0.00731f) x.push_back(v);
+    for (float v = -1e-3f; v <= 0.f; v += 1e-7f) x.push_back(v);
+    for (float v = -86.6f; v <= -86.4f; v += 1e-5f) x.push_back(v);
+    x.push_back(-86.5f);
+    x.push_back(std::nextafter(-86.5f, 0.f));
+    x.push_back(std::nextafter(-86.5f, -100.f));
+    y.resize(x.size());
+    k->exp_p(x.data(), y.data(), static_cast<int64_t>(x.size()));
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i] < -86.5f) {
+        EXPECT_EQ(y[i], 0.f) << t << " x=" << x[i];
+        continue;
+      }
+      EXPECT_GE(y[i], std::numeric_limits<float>::min()) << t << " x=" << x[i];
+      worst = std::max(worst, UlpError(y[i], std::exp(static_cast<double>(x[i]))));
+    }
+    EXPECT_LE(worst, 3.0) << t;
+    const float inf = std::numeric_limits<float>::infinity();
+    float sx[4] = {-inf, std::nanf(""), 0.f, -200.f}, sy[4];
+    k->exp_p(sx, sy, 4);
+    EXPECT_EQ(sy[0], 0.f) << t;
+    EXPECT_TRUE(std::isnan(sy[1])) << t;
+    EXPECT_EQ(sy[2], 1.f) << t;
+    EXPECT_EQ(sy[3], 0.f) << t;
+  }
+}
+
 TEST(ScalarConvert, HalfRoundTripsAndRounding) {
   for (uint32_t h = 0; h < 0x10000; ++h) {
     const float f = cvt::F16ToF32(static_cast<uint16_t>(h));
