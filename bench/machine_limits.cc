@@ -539,6 +539,42 @@ MachineLimits MeasureMachineLimits(int threads) {
   return m;
 }
 
+void RunProbeServer(int max_threads, std::FILE* in, std::FILE* out) {
+  max_threads = std::max(1, max_threads);
+  const size_t bytes = std::max<size_t>(size_t{512} << 20, 4 * LastLevelCacheBytes());
+  const size_t n = RoundFloats(bytes, max_threads);
+  Buffer buf = AllocBig(n * sizeof(float));
+  if (buf) ParallelFill(buf.get(), n, max_threads);
+  std::string isa;
+  const Throughput fma = PickFma(&isa);
+  bool bf16 = false;
+#if OPENFIA_BENCH_X86
+  bf16 = CpuHasAvx512Bf16();
+#endif
+  std::fprintf(out, "{\"ready\": true}\n");
+  std::fflush(out);
+  char line[128];
+  while (std::fgets(line, sizeof line, in) != nullptr) {
+    int t = 0;
+    if (std::sscanf(line, "probe %d", &t) != 1) break;  // "quit" or anything else: stop
+    t = std::clamp(t, 1, max_threads);
+    const auto t0 = Clock::now();
+    const double f = MeasureThroughput(fma, t, 0.02, 5);
+    double d = 0;
+#if OPENFIA_BENCH_X86
+    if (bf16) d = MeasureThroughput(Throughput{Bf16DotLoop, 16 * 64.0}, t, 0.02, 5);
+#endif
+    // Whole 128-float blocks per thread of the t threads.
+    const size_t nt = n / (128 * static_cast<size_t>(t)) * 128 * static_cast<size_t>(t);
+    const double bw = buf ? ReadBandwidthOver(buf.get(), nt, t, 0.15) : 0;
+    std::fprintf(out,
+                 "{\"threads\": %d, \"fma_fp32_gflops\": %.6g, \"bf16_dot_gflops\": %.6g, "
+                 "\"read_bw_gbs\": %.6g, \"seconds\": %.3f}\n",
+                 t, f, d, bw, Seconds(t0, Clock::now()));
+    std::fflush(out);
+  }
+}
+
 std::string ToJson(const MachineLimits& m) {
   std::ostringstream o;
   o.precision(6);

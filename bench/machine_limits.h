@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <string>
 
 namespace openfia::bench {
@@ -60,6 +61,16 @@ double MeasureReadBandwidthGBs(int threads, size_t bytes, double budget_s = 0.8)
 
 // One JSON object (keys as the struct's field names; has_bf16_dot as true/false).
 std::string ToJson(const MachineLimits& m);
+
+// Limits measured next to a workload (the Python driver brackets each workload with one before
+// and one after): on a shared VM the machine's speed drifts between minutes, so a percentage of
+// limits measured once at the start can be off by tens of percent. Reads lines on `in`:
+// "probe N" measures, at N threads at once, the fp32 FMA throughput, the bf16 dot throughput
+// (where the CPU has vdpbf16ps) and the streaming read bandwidth over one buffer of
+// 4x the LLC (>= 512 MiB, allocated and touched once at start), in about 0.3 s, and writes one
+// JSON line {"threads", "fma_fp32_gflops", "bf16_dot_gflops", "read_bw_gbs", "seconds"} on `out`;
+// "quit" or end of input returns.
+void RunProbeServer(int max_threads, std::FILE* in, std::FILE* out);
 
 // Peak resident set size of this process (VmHWM) in bytes, and a reset of that peak to the
 // current RSS (Linux /proc/self/clear_refs "5"; returns false where unsupported).

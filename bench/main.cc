@@ -4,7 +4,7 @@
 //
 //   openfia-bench [--preset demo|full] [--threads 1,all] [--cases FILE] [--warm]
 //                 [--no-linearity] [--memcheck|--no-memcheck] [--no-verify] [--limits]
-//                 [--limits-out FILE]
+//                 [--limits-out FILE] [--probe-server]
 //                 [Google Benchmark flags, e.g. --benchmark_filter=D1]
 #include <benchmark/benchmark.h>
 
@@ -32,6 +32,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   bool limits_only = false;
+  bool probe_server = false;  // --probe-server: limits next to each workload (machine_limits.h)
   std::string preset = "full";
   std::string cases;  // empty: the shared list, else bench/model_cases.txt
   std::vector<int> threads;
@@ -49,7 +50,8 @@ int AllThreads() { return static_cast<int>(std::max(1u, std::thread::hardware_co
                "openfia-bench: %s\n"
                "usage: openfia-bench [--preset demo|full] [--threads LIST] [--cases FILE] [--warm]\n"
                "                     [--no-linearity] [--memcheck|--no-memcheck] [--no-verify]\n"
-               "                     [--limits] [--limits-out FILE] [--benchmark_* flags]\n",
+               "                     [--limits] [--limits-out FILE] [--probe-server]\n"
+               "                     [--benchmark_* flags]\n",
                why.c_str());
   std::exit(2);
 }
@@ -70,6 +72,7 @@ Options ParseOptions(int* argc, char** argv) {
   };
   for (int i = 1; i < *argc; ++i) {
     if (is(i, "--limits")) o.limits_only = true;
+    else if (is(i, "--probe-server")) o.probe_server = true;
     else if (is(i, "--preset")) o.preset = value(i, "--preset");
     else if (is(i, "--cases")) o.cases = value(i, "--cases");
     else if (is(i, "--warm")) o.cold = false;
@@ -357,6 +360,10 @@ void MemCheck(int64_t len, int threads) {
 int main(int argc, char** argv) {
   using namespace openfia::bench;
   g_opt = ParseOptions(&argc, argv);
+  if (g_opt.probe_server) {
+    RunProbeServer(AllThreads(), stdin, stdout);
+    return 0;
+  }
   if (g_opt.limits_only) {
     g_limits = MeasureMachineLimits(AllThreads());
     std::printf("%s\n", ToJson(g_limits).c_str());
