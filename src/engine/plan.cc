@@ -8,11 +8,22 @@ namespace openfia::internal {
 namespace {
 
 // Split-KV (decode): when the unsplit items are fewer than kSplitItems, long key ranges are cut
-// into pieces of at least kMinSplitTiles tiles so that any machine has work for all its cores.
-// Both constants are fixed: the split, and so every bit of the result, never depends on the
+// into pieces of at least MinSplitTiles tiles so that any machine has work for all its cores.
+// The constants are fixed: the split, and so every bit of the result, never depends on the
 // number of threads.
 constexpr int64_t kSplitItems = 64;
 constexpr int64_t kMinSplitTiles = 16;
+constexpr int64_t kMinSplitRows = 32;
+// An item of `rows` rows is cut into pieces of at least kMinSplitTiles tiles when it has up to
+// kMinSplitRows rows, and of at least 8 tiles from 64 rows on: a tile's work grows with the
+// rows, so an MLA decode item (128 heads) does more in 8 tiles than a GQA decode item (32 rows)
+// in 16, and a 1024-key MLA decode is split at all (it ran on one core: 2 threads were no
+// faster than 1). Each piece writes and merges its rows' state (an MLA piece: 260 KB), hence
+// the floor.
+int64_t MinSplitTiles(int64_t rows) {
+  return std::clamp<int64_t>(kMinSplitTiles * kMinSplitRows / std::max<int64_t>(1, rows), 8,
+                             kMinSplitTiles);
+}
 // At most this many rows per KV head (GQA group x query rows) make an item span several KV heads.
 constexpr int64_t kMultiHeadRows = 16;
 
@@ -99,7 +110,7 @@ Plan MakePlan(const Problem& p) {
     const int64_t t_first = w.j0 / kTileKeys, t_end = CeilDiv(w.j1, kTileKeys);
     const int64_t tiles = w.j1 > w.j0 ? t_end - t_first : 0;
     // Full quantization normalizes P by the max over all of a row's keys: never split.
-    int64_t n_split = p.full_quant ? 1 : std::min(want, tiles / kMinSplitTiles);
+    int64_t n_split = p.full_quant ? 1 : std::min(want, tiles / MinSplitTiles(w.rows()));
     if (n_split <= 1) {
       plan.items.push_back(w);
       continue;
