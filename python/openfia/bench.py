@@ -88,6 +88,9 @@ class Prober:
     def probe(self, threads):
         if self.p is None:
             return None
+        # PyTorch's OpenMP workers spin for a while after its last call; a reading taken while
+        # they do sees one core fewer (a 2-thread FMA reading of ~100 instead of ~200 GFLOP/s).
+        time.sleep(0.3)
         try:
             self.p.stdin.write(f"probe {threads}\n")
             self.p.stdin.flush()
