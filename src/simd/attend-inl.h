@@ -1135,25 +1135,22 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   }
 }
 
-// y[i] = ExpP(x[i]) (the table's exp_p entry, for tests).
-inline void ExpPArray(const float* x, float* y, int64_t n) {
+// y[i] = f(x[i]) over whole vectors, the tail one element at a time (the tables' exp / exp_p
+// entries, for tests).
+template <class F>
+inline void MapArray(const float* x, float* y, int64_t n, F f) {
   int64_t i = 0;
-  for (; i + W <= n; i += W) V::Store(y + i, V::ExpP(V::Load(x + i)));
+  for (; i + W <= n; i += W) V::Store(y + i, f(V::Load(x + i)));
   for (; i < n; ++i) {
     alignas(64) float t[W] = {};
     t[0] = x[i];
-    V::Store(t, V::ExpP(V::Load(t)));
+    V::Store(t, f(V::Load(t)));
     y[i] = t[0];
   }
 }
-
 inline void ExpArray(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + W <= n; i += W) V::Store(y + i, V::Exp(V::Load(x + i)));
-  for (; i < n; ++i) {
-    alignas(64) float t[W] = {};
-    t[0] = x[i];
-    V::Store(t, V::Exp(V::Load(t)));
-    y[i] = t[0];
-  }
+  MapArray(x, y, n, [](typename V::T v) { return V::Exp(v); });
+}
+inline void ExpPArray(const float* x, float* y, int64_t n) {
+  MapArray(x, y, n, [](typename V::T v) { return V::ExpP(v); });
 }
