@@ -8,21 +8,22 @@ namespace openfia::internal {
 namespace {
 
 // Split-KV (decode): when the unsplit items are fewer than kSplitItems, long key ranges are cut
-// into pieces of at least MinSplitTiles tiles so that any machine has work for all its cores.
+// into pieces of at least kMinSplitTiles tiles so that any machine has work for all its cores.
 // The constants are fixed: the split, and so every bit of the result, never depends on the
 // number of threads.
 constexpr int64_t kSplitItems = 64;
 constexpr int64_t kMinSplitTiles = 16;
-constexpr int64_t kMinSplitRows = 32;
-// An item of `rows` rows is cut into pieces of at least kMinSplitTiles tiles when it has up to
-// kMinSplitRows rows, and of at least 8 tiles from 64 rows on: a tile's work grows with the
-// rows, so an MLA decode item (128 heads) does more in 8 tiles than a GQA decode item (32 rows)
-// in 16, and a 1024-key MLA decode is split at all (it ran on one core: 2 threads were no
-// faster than 1). Each piece writes and merges its rows' state (an MLA piece: 260 KB), hence
-// the floor.
-int64_t MinSplitTiles(int64_t rows) {
-  return std::clamp<int64_t>(kMinSplitTiles * kMinSplitRows / std::max<int64_t>(1, rows), 8,
-                             kMinSplitTiles);
+// A wide item (at least kWideRows rows: MLA decode, 128 heads on one KV head) is cut in two
+// from 2 x kWideMinTiles tiles on: its tile costs four times a 32-row decode item's, and a
+// 1024-key MLA decode had been one item, so one core (2 threads no faster than 1). More pieces
+// than tiles / kMinSplitTiles would only add state writes and merging (an MLA piece's state:
+// 260 KB).
+constexpr int64_t kWideRows = 64;
+constexpr int64_t kWideMinTiles = 8;
+int64_t SplitPieces(int64_t rows, int64_t tiles) {
+  int64_t n = tiles / kMinSplitTiles;
+  if (rows >= kWideRows) n = std::max(n, std::min<int64_t>(2, tiles / kWideMinTiles));
+  return n;
 }
 // At most this many rows per KV head (GQA group x query rows) make an item span several KV heads.
 constexpr int64_t kMultiHeadRows = 16;
@@ -112,8 +113,9 @@ Plan MakePlan(const Problem& p) {
     // Full quantization normalizes P by the max over all of a row's keys: never split.
     // Sparse items keep kMinSplitTiles: each piece pays a cold start on its gathered rows (S1
     // measured 11-13% slower cold at 32 pieces than at 8, architecture_notes.md).
-    const int64_t min_tiles = p.key_offset.empty() ? MinSplitTiles(w.rows()) : kMinSplitTiles;
-    int64_t n_split = p.full_quant ? 1 : std::min(want, tiles / min_tiles);
+    const int64_t pieces =
+        p.key_offset.empty() ? SplitPieces(w.rows(), tiles) : tiles / kMinSplitTiles;
+    int64_t n_split = p.full_quant ? 1 : std::min(want, pieces);
     if (n_split <= 1) {
       plan.items.push_back(w);
       continue;

@@ -349,9 +349,9 @@ TEST(Engine, SplitKvDecode) {
   }
 }
 
-// A decode item of many rows (MLA: 128 heads on one KV head) is split from 16 tiles on (8 per
-// piece), one of up to 32 rows from 32 tiles on (16 per piece): a 1024-key MLA decode had been
-// one item, so one core. Results as ever: against the reference, bitwise across 1-3 threads.
+// A decode item of 64+ rows (MLA: 128 heads on one KV head) is cut in two from 16 tiles on, one
+// of up to 32 rows from 32 tiles on (16 per piece): a 1024-key MLA decode had been one item, so
+// one core. Results as ever: against the reference, bitwise across 1-3 threads.
 TEST(Engine, WideDecodeItemsSplitAtShortLengths) {
   for (int64_t hq : {128, 32}) {
     CaseSpec s;
