@@ -666,8 +666,10 @@ inline bool PackKVShared(const KvOperand& kx, const EngineScratch& sc, int64_t n
   return true;
 }
 
-// True when a packed value is not finite (then masked cells must be skipped, not multiplied by
-// P = 0). Checked on boundary tiles only: elsewhere every cell is visible and NaN must propagate.
+// True when a packed value is not finite. Then a boundary tile's masked cells must be skipped,
+// not multiplied by P = 0 (PvMasked), and every tile keeps the exact exp (a tiny P times inf is
+// inf; ExpP would make it 0 x inf = NaN). Full tiles need no mask: every cell is visible and a
+// NaN must propagate.
 inline bool AnyNonFinite(const float* v, int64_t nk, int64_t ld) {
   // x - x is 0 for finite x and NaN otherwise; four sums, so that the pass is not one chain of
   // dependent additions (every tile of the packed path runs it).
