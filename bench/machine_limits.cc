@@ -479,6 +479,17 @@ size_t RoundFloats(size_t bytes, int threads) {
   return std::max(bytes / sizeof(float) / quantum, size_t{1}) * quantum;
 }
 
+// Four times the LLC so that at most a quarter of a pass can hit in cache even with a perfect
+// replacement policy; at least 512 MiB for machines that under-report their cache.
+size_t BandwidthBufferBytes(size_t llc_bytes) {
+  return std::max<size_t>(size_t{512} << 20, 4 * llc_bytes);
+}
+
+#if OPENFIA_BENCH_X86
+// vdpbf16ps: 16 fp32 lanes x 2 products x 2 FLOPs = 64 FLOPs per instruction.
+const Throughput kBf16Dot{Bf16DotLoop, 16 * 64.0};
+#endif
+
 }  // namespace
 
 double MeasureReadBandwidthGBs(int threads, size_t bytes, double budget_s) {
@@ -496,9 +507,7 @@ MachineLimits MeasureMachineLimits(int threads) {
   m.cpu = CpuModel();
   m.threads = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
   m.llc_bytes = LastLevelCacheBytes();
-  // Four times the LLC so that at most a quarter of a pass can hit in cache even with a perfect
-  // replacement policy; at least 512 MiB for machines that under-report their cache.
-  m.bw_buffer_bytes = std::max<size_t>(size_t{512} << 20, 4 * m.llc_bytes);
+  m.bw_buffer_bytes = BandwidthBufferBytes(m.llc_bytes);
   PickRead(&m.bw_isa);
   {
     // One buffer for both measurements: touching 1+ GiB costs more than reading it.
@@ -518,10 +527,9 @@ MachineLimits MeasureMachineLimits(int threads) {
 #if OPENFIA_BENCH_X86
   m.has_bf16_dot = CpuHasAvx512Bf16();
   if (m.has_bf16_dot) {
-    // vdpbf16ps: 16 fp32 lanes x 2 products x 2 FLOPs = 64 FLOPs per instruction.
-    const Throughput dot{Bf16DotLoop, 16 * 64.0};
-    m.bf16_dot_gflops_core = MeasureThroughput(dot, 1);
-    m.bf16_dot_gflops_all = m.threads == 1 ? m.bf16_dot_gflops_core : MeasureThroughput(dot, m.threads);
+    m.bf16_dot_gflops_core = MeasureThroughput(kBf16Dot, 1);
+    m.bf16_dot_gflops_all =
+        m.threads == 1 ? m.bf16_dot_gflops_core : MeasureThroughput(kBf16Dot, m.threads);
   }
 #if defined(__linux__)
   if (AmxUsable()) {
@@ -541,8 +549,7 @@ MachineLimits MeasureMachineLimits(int threads) {
 
 void RunProbeServer(int max_threads, std::FILE* in, std::FILE* out) {
   max_threads = std::max(1, max_threads);
-  const size_t bytes = std::max<size_t>(size_t{512} << 20, 4 * LastLevelCacheBytes());
-  const size_t n = RoundFloats(bytes, max_threads);
+  const size_t n = RoundFloats(BandwidthBufferBytes(LastLevelCacheBytes()), max_threads);
   Buffer buf = AllocBig(n * sizeof(float));
   if (buf) ParallelFill(buf.get(), n, max_threads);
   std::string isa;
@@ -562,10 +569,9 @@ void RunProbeServer(int max_threads, std::FILE* in, std::FILE* out) {
     const double f = MeasureThroughput(fma, t, 0.02, 5);
     double d = 0;
 #if OPENFIA_BENCH_X86
-    if (bf16) d = MeasureThroughput(Throughput{Bf16DotLoop, 16 * 64.0}, t, 0.02, 5);
+    if (bf16) d = MeasureThroughput(kBf16Dot, t, 0.02, 5);
 #endif
-    // Whole 128-float blocks per thread of the t threads.
-    const size_t nt = n / (128 * static_cast<size_t>(t)) * 128 * static_cast<size_t>(t);
+    const size_t nt = RoundFloats(n * sizeof(float), t);  // whole blocks for t threads
     const double bw = buf ? ReadBandwidthOver(buf.get(), nt, t, 0.15) : 0;
     std::fprintf(out,
                  "{\"threads\": %d, \"fma_fp32_gflops\": %.6g, \"bf16_dot_gflops\": %.6g, "

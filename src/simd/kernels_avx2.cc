@@ -79,19 +79,15 @@ struct V {
   // with p(0) = 1 exactly (relative error ~1e-7) and 2^n from the rounding constant's low bits:
   // 15 operations instead of 22. NaN stays NaN; exp(0) is exactly 1.
   __attribute__((always_inline)) static inline T ExpP(T x) {
-    const T keep = _mm256_cmp_ps(x, _mm256_set1_ps(-86.5f), _CMP_NLT_UQ);  // x >= -86.5 or NaN
-    x = _mm256_max_ps(_mm256_set1_ps(-86.5f), x);                          // keeps a NaN x
-    // v = 1.5 * 2^23 + 127 + round(x log2e): its low mantissa bits are n + 127 (n in [-125, 0]).
-    const T magic = _mm256_set1_ps(12583039.f);
-    const T v = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+    const T lo = _mm256_set1_ps(expp::kLo), magic = _mm256_set1_ps(expp::kMagic);
+    const T keep = _mm256_cmp_ps(x, lo, _CMP_NLT_UQ);  // x >= kLo or NaN
+    x = _mm256_max_ps(lo, x);                          // keeps a NaN x
+    const T v = _mm256_fmadd_ps(x, _mm256_set1_ps(expp::kLog2e), magic);  // n + 127 in its low bits
     const T n = _mm256_sub_ps(v, magic);
-    T r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
-    T p = _mm256_set1_ps(1.3846146175637841e-03f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.374120108783245e-03f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1667960584163666e-02f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666431725025177e-01f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.999999403953552e-01f));
+    T r = _mm256_fnmadd_ps(n, _mm256_set1_ps(expp::kLn2Hi), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(expp::kLn2Lo), r);
+    T p = _mm256_set1_ps(expp::kC[0]);
+    _Pragma("GCC unroll 8") for (int k = 1; k < 5; ++k) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(expp::kC[k]));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
     const T pow2n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(v), 23));

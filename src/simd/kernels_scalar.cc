@@ -27,7 +27,7 @@ struct V {
   static float ReduceMax(T a) { return a; }
   static float ReduceSum(T a) { return a; }
   static T Exp(T a) { return std::exp(a); }
-  static T ExpP(T a) { return a < -86.5f ? 0.f : std::exp(a); }  // NaN: exp(NaN)
+  static T ExpP(T a) { return a < expp::kLo ? 0.f : std::exp(a); }  // NaN: exp(NaN)
   static T RoundBF16(T a) { return cvt::BF16ToF32(cvt::F32ToBF16(a)); }
   static T RoundF16(T a) { return cvt::F16ToF32(cvt::F32ToF16(a)); }
   static T LoadF16(const uint16_t* p) { return cvt::F16ToF32(*p); }

@@ -14,6 +14,22 @@
 
 namespace openfia::internal {
 
+// The constants of every target's ExpP (the softmax probability's exp; kernels_scalar.cc,
+// kernels_avx2.cc, vec_avx512-inl.h): below kLo the result is 0; v = x log2e + kMagic holds
+// n + 127 in its low mantissa bits (kMagic = 1.5 * 2^23 + 127); r = x - n ln2 in two steps
+// (kLn2Hi + kLn2Lo); e^r = 1 + r (1 + r (kC[0] + r (kC[1] + ...))), a degree-6 fit with p(0) = 1.
+namespace expp {
+inline constexpr float kLo = -86.5f;
+inline constexpr float kMagic = 12583039.f;
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693145751953125f;
+inline constexpr float kLn2Lo = 1.428606765330187e-06f;
+// Horner order, highest degree first: r^6 .. r^2 coefficients.
+inline constexpr float kC[5] = {1.3846146175637841e-03f, 8.374120108783245e-03f,
+                                4.1667960584163666e-02f, 1.6666431725025177e-01f,
+                                4.999999403953552e-01f};
+}  // namespace expp
+
 struct WorkItem;
 struct EngineScratch;
 

@@ -47,18 +47,15 @@ struct Avx512Vec {
   // exp(x) of a softmax probability (x <= 0 or NaN) for P V with finite values: 0 below -86.5,
   // never a subnormal step or result; the AVX2 target's ExpP (kernels_avx2.cc) with 16 lanes.
   static T ExpP(T x) {
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-86.5f), _CMP_NLT_UQ);
-    x = _mm512_max_ps(_mm512_set1_ps(-86.5f), x);
-    const T magic = _mm512_set1_ps(12583039.f);
-    const T v = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+    const T lo = _mm512_set1_ps(expp::kLo), magic = _mm512_set1_ps(expp::kMagic);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
+    x = _mm512_max_ps(lo, x);
+    const T v = _mm512_fmadd_ps(x, _mm512_set1_ps(expp::kLog2e), magic);
     const T n = _mm512_sub_ps(v, magic);
-    T r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    T p = _mm512_set1_ps(1.3846146175637841e-03f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.374120108783245e-03f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1667960584163666e-02f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666431725025177e-01f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.999999403953552e-01f));
+    T r = _mm512_fnmadd_ps(n, _mm512_set1_ps(expp::kLn2Hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(expp::kLn2Lo), r);
+    T p = _mm512_set1_ps(expp::kC[0]);
+    _Pragma("GCC unroll 8") for (int k = 1; k < 5; ++k) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(expp::kC[k]));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
     const T pow2n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(v), 23));
