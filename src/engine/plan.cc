@@ -139,7 +139,7 @@ Plan MakePlan(const Problem& p) {
 std::vector<int64_t> ScratchBuffer::Key(const Problem& p) {
   return {p.d_qk, p.d_rope, p.d_v, MaxItemRows(p),
           p.k.dequant.kind == Dequant::Kind::kPerTile || !p.key_offset.empty(),
-          p.full_quant};
+          p.full_quant, p.q.elem == Elem::kBF16};
 }
 
 void ScratchBuffer::Clear() {
@@ -159,16 +159,25 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
   const int64_t rows = MaxItemRows(p);
   const int64_t nq = rows * s.dk_pad, nkt = s.dk * kTileKeys + 16,
                 nv = kTileKeys * PackedVStride(s.dv_pad), ns = rows * kTileKeys,
-                nt = rows + 2 * s.dv_pad + 64;
+                nt = (rows + 2 * s.dv_pad + 64 + 15) / 16 * 16;
   // 16 floats of slack: the buffers start on a cache line (each is a multiple of 16 floats
   // long), whatever the allocator returns; a tile row straddling two lines costs two loads.
-  f_.assign(nq + nkt + nv + ns + nt + 16, 0.f);
+  // The dot tiles' pair forms (32-bit words, kept in f_): multiples of 16 words.
+  const bool pairs = p.q.elem == Elem::kBF16;
+  const int64_t nqp = pairs ? rows * s.dk_pad / 2 : 0, nkp = pairs ? s.dk_pad / 2 * kTileKeys : 0,
+                nvp = pairs ? kTileKeys / 2 * PackedVStride(s.dv_pad) : 0;
+  f_.assign(nq + nkt + nv + ns + nt + nqp + nkp + nvp + 16, 0.f);
   float* f = f_.data() + (16 - reinterpret_cast<uintptr_t>(f_.data()) / 4 % 16) % 16;
   s.q = f;
   s.kt = s.q + nq;
   s.v = s.kt + nkt;
   s.s = s.v + nv;
   s.tmp = s.s + ns;
+  if (pairs) {
+    s.qp = reinterpret_cast<uint32_t*>(s.tmp + nt);
+    s.kp = s.qp + nqp;
+    s.vp = s.kp + nkp;
+  }
   u8_.assign(rows * kTileKeys + kTileKeys, 0);
   s.vis = u8_.data();
   s.kpre = s.vis + rows * kTileKeys;

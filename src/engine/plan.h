@@ -89,6 +89,12 @@ struct EngineScratch {
   float* v = nullptr;       // [kTileKeys, PackedVStride(dv_pad)] packed value tile
   float* s = nullptr;       // [kMaxRows, kTileKeys] scores, then probabilities
   float* tmp = nullptr;     // [kMaxRows + 2 * dv_pad + 64] per-row temporaries
+  // bf16 pair forms of the dot tiles (attend_dot-inl.h; bf16 queries only, else null): query
+  // rows [kMaxRows, dk_pad / 2], K tile [dk_pad / 2, kTileKeys], V tile
+  // [kTileKeys / 2, PackedVStride(dv_pad)].
+  uint32_t* qp = nullptr;
+  uint32_t* kp = nullptr;
+  uint32_t* vp = nullptr;
   uint8_t* vis = nullptr;   // [kMaxRows, kTileKeys] visibility of boundary tiles
   const void** kbase = nullptr;  // [kTileKeys] storage base of each key (K)
   int64_t* koff = nullptr;       // [kTileKeys] element offset of (row, d = 0) from kbase

@@ -798,6 +798,10 @@ inline void PvMasked(const float* p, int64_t rows, const uint8_t* vis, int64_t n
   }
 }
 
+#if defined(OPENFIA_ATTEND_BF16DOT)
+#include "simd/attend_dot-inl.h"
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // Streaming (no-pack) kernels for few rows per work item (decode: the GQA heads of one KV head).
 // With so few rows every K/V byte is used by only a handful of FMAs, so packing the tile costs
@@ -965,6 +969,14 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                  dst + p.d_qk);
   }
 
+#if defined(OPENFIA_ATTEND_BF16DOT)
+  // Dot tiles (attend_dot-inl.h) for items whose operands are all bf16 values; the query rows
+  // in pair form once per item.
+  const int64_t ldqp = ldq / 2;
+  const bool dot_item = DotItemOk(p, sc.q, rows, ldq, D);
+  if (dot_item) QueryPairs(sc.q, rows, ldq, D, sc.qp, ldqp);
+#endif
+
   // The KV operands the tile loop reads: with a second key source (SparseAttnSharedkv) its keys
   // come through the prefix slot (WithSecond / ResolveEntry).
   // (Copied only then: an operand of a tensor-list problem owns a vector of batch pointers.)
@@ -1036,6 +1048,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                           MakeFastRows(Kx, sc.kbase, sc.koff, sc.kpre, nk, D, &fast) &&
                           MakeFastRows(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, &fastv);
       bool v_bad = false, v_seen = false;  // v_seen: v_bad says whether V has a non-finite value
+      bool dot = false;  // a dot tile: bf16 pair products (attend_dot-inl.h)
       if (stream) {
         switch (FastElem(Kx, sc.kpre)) {
           case Elem::kF32: StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s); break;
@@ -1061,7 +1074,16 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         }
         v_bad = AnyNonFinite(sc.v, nk, vs);
         v_seen = true;
-        Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
+#if defined(OPENFIA_ATTEND_BF16DOT)
+        // Not with a non-finite value: its masked cells and tiny probabilities need the fp32 P.
+        dot = dot_item && !v_bad;
+        if (dot) {
+          KeyPairs(sc.kt, D, npad, sc.kp);
+          ValuePairs(sc.v, vs, nk, ldv, sc.vp, vs);
+          ScoresDot(sc.qp + hx * hrows * ldqp, ldqp, hrows, sc.kp, D, npad, sc.s);
+        }
+#endif
+        if (!dot) Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
       }
 
       if (!full) TileVisibility(p, b, org, w.i0, nq, jt0, nk, sc.vis, TN);
@@ -1095,6 +1117,10 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
             const typename V::T x = V::Sub(V::Load(s + n), vmn);
             typename V::T e = kP ? V::ExpP(x) : V::Exp(x);
             vsum = V::Add(vsum, e);
+            if (dot) {  // bf16 P in place over the row's first half (read before written)
+              V::StoreBF16(reinterpret_cast<uint16_t*>(s) + n, e);
+              continue;
+            }
             if (pe == Elem::kBF16) e = V::RoundBF16(e);
             else if (pe == Elem::kF16) e = V::RoundF16(e);
             V::Store(s + n, e);
@@ -1130,6 +1156,10 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         }
       } else if (!full && v_bad) {  // v_bad: see AnyNonFinite above
         PvMasked(sc.s, hrows, sc.vis, nq, sc.v, vs, ldv, nk, o.acc, o.acc_stride);
+#if defined(OPENFIA_ATTEND_BF16DOT)
+      } else if (dot) {
+        PvDot(sc.s, hrows, sc.vp, vs, ldv, nk, o.acc, o.acc_stride);
+#endif
       } else {
         Pv(sc.s, hrows, sc.v, vs, ldv, nk, o.acc, o.acc_stride);
       }

@@ -9,8 +9,8 @@
 namespace openfia::internal {
 namespace {
 
-// Targets in increasing order; a cap admits every target up to and including it. Targets with no
-// kernels of their own (avx512bf16, avx512fp16) run the best table below them.
+// Targets in increasing order; a cap admits every target up to and including it. A target with no
+// kernels of its own (avx512fp16) runs the best table below it.
 // amx (AMX-TILE + AMX-BF16 tile matmuls for bf16 prefill, AVX-512 for everything else) comes last:
 // only an explicit "amx" or "best" cap admits it.
 constexpr const char* kOrder[] = {"scalar", "avx2", "avx512", "avx512bf16", "avx512fp16", "amx"};
@@ -42,6 +42,7 @@ const KernelTable* Table(int t) {
     case 0: return ScalarKernels();
     case 1: return Avx2Kernels();
     case 2: return Avx512Kernels();
+    case 3: return Avx512Bf16Kernels();
     case 5: return AmxKernels();  // null also when the OS refuses tile data
     default: return nullptr;
   }

@@ -188,10 +188,17 @@ const KernelTable* Avx2Kernels() { return &avx2_target::kTable; }
 bool Avx2DecodeRunsItem(const Problem& p, const WorkItem& w) {
   return KernelsFor("avx2") != nullptr && avx2_target::DecodeCan(p, w);
 }
+bool Avx2DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  static const bool cpu = KernelsFor("avx2") != nullptr;
+  return cpu && !p.full_quant && avx2_target::DecodeRun(p, w, sc, out);
+}
 }  // namespace openfia::internal
 #else
 namespace openfia::internal {
 const KernelTable* Avx2Kernels() { return nullptr; }
 bool Avx2DecodeRunsItem(const Problem&, const WorkItem&) { return false; }
+bool Avx2DecodeRun(const Problem&, const WorkItem&, EngineScratch&, const RowStates&) {
+  return false;
+}
 }  // namespace openfia::internal
 #endif

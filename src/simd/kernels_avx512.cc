@@ -36,7 +36,13 @@ struct V : Avx512Vec {};
 #undef OPENFIA_ATTEND_COLS
 #include "simd/rows-inl.h"
 
-const KernelTable kTable = {"avx512", &ExpArray, &ExpPArray, &AttendImpl, &ScaleRow, &Axpy};
+// Decode items go to the AVX2 decode kernel when it runs them, everything else to the loop.
+void Attend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  if (Avx2DecodeRun(p, w, sc, out)) return;
+  AttendImpl(p, w, sc, out);
+}
+
+const KernelTable kTable = {"avx512", &ExpArray, &ExpPArray, &Attend, &ScaleRow, &Axpy};
 
 }  // namespace openfia::internal::avx512_target
 

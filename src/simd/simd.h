@@ -108,7 +108,13 @@ const KernelTable* Avx2Kernels();
 // Whether the AVX2 table runs item `w` of `p` on its decode kernel (decode_avx2-inl.h; false when
 // AVX2 is not compiled or the CPU lacks it). For tests that must prove the kernel ran.
 bool Avx2DecodeRunsItem(const Problem& p, const WorkItem& w);
+// Runs item w on the AVX2 decode kernel when it takes it (false: nothing done). The AVX-512
+// tables offer it their decode items first (every AVX-512 CPU has AVX2): on AMD Zen 4 it decodes
+// 2.xx times faster than the AVX-512 generic loop's streaming path (architecture_notes.md, s11).
+bool Avx2DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out);
 const KernelTable* Avx512Kernels();
+// The AVX-512 loop with VDPBF16PS dot tiles for bf16 items (attend_dot-inl.h).
+const KernelTable* Avx512Bf16Kernels();
 // AMX-BF16 tiles for bf16 prefill items, the AVX-512 table for the rest; nullptr when not compiled
 // or when the OS refuses the tile-data permission (the first call requests it).
 const KernelTable* AmxKernels();

@@ -37,7 +37,7 @@ struct SettingsGuard {
 
 std::vector<std::string> Targets() {
   std::vector<std::string> t;
-  for (const char* name : {"scalar", "avx2", "avx512", "amx"})
+  for (const char* name : {"scalar", "avx2", "avx512", "avx512bf16", "amx"})
     if (KernelsFor(name)) t.push_back(name);
   return t;
 }
@@ -783,6 +783,86 @@ TEST(Engine, InfiniteValueMeetsATinyProbability) {
       });
     }
   }
+}
+
+// The AVX512-BF16 table's dot tiles (attend_dot-inl.h: Q K^T and P V as VDPBF16PS over bf16
+// pairs) on the shapes that stress their pair forms: odd head dims (a zero-padded last pair), key
+// tails of odd length, MLA rope, int8 antiquant under bf16 queries, a bf16 shared prefix, paging,
+// a causal band and a bit mask (whose poisoned columns hold NaN values: those tiles keep fp32).
+// RunCase checks every target against the fp64 reference and 1-3 threads bitwise. Proof the dot
+// tiles ran: where the CPU has the table, its lse differs from the AVX-512 table's in some row
+// (another fp32 summation order) while both match the reference.
+TEST(Engine, Bf16DotTiles) {
+  struct G {
+    int64_t h_q, h_kv, d_qk, d_rope, d_v, q_len, kv_len, block, prefix;
+    bool causal, mask, quant;
+  };
+  int seed = 40;
+  for (const G& g : {G{8, 2, 128, 0, 128, 70, 131, 0, 0, true, false, false},
+                     G{4, 1, 61, 0, 17, 33, 77, 16, 0, false, false, false},
+                     G{16, 1, 64, 32, 64, 3, 129, 0, 0, false, false, false},
+                     G{4, 2, 32, 0, 48, 40, 101, 0, 9, false, false, false},
+                     G{4, 2, 32, 0, 32, 37, 90, 0, 0, false, true, false},
+                     G{8, 2, 64, 0, 32, 24, 150, 32, 0, false, false, true}}) {
+    CaseSpec s;
+    s.h_q = g.h_q;
+    s.h_kv = g.h_kv;
+    s.d_qk = g.d_qk;
+    s.d_rope = g.d_rope;
+    s.d_v = g.d_v;
+    s.q_len = {g.q_len};
+    s.kv_len = {g.kv_len};
+    s.block = g.block;
+    s.prefix = g.prefix;
+    s.causal_br = g.causal;
+    s.mask = g.mask;
+    s.oe = Elem::kF32;
+    s.seed = ++seed;
+    std::vector<std::vector<uint8_t>> keep;
+    const auto quantize = [&](Case& c) {
+      if (!g.quant) return;
+      std::mt19937 rng(s.seed);
+      Problem& p = c.problem();
+      Quantize(p, p.k, s.d_qk, Elem::kI8, Dequant::Kind::kPerToken, true, 1.f, keep, rng);
+      Quantize(p, p.v, s.d_v, Elem::kI8, Dequant::Kind::kPerChannel, false, 1.f, keep, rng);
+    };
+    RunCase(s, quantize, !g.quant);
+    if (KernelsFor("avx512bf16") == nullptr || g.mask) continue;
+    SettingsGuard guard;
+    keep.clear();
+    Case c(s);
+    quantize(c);
+    std::vector<float> lse[2];
+    for (int t = 0; t < 2; ++t) {
+      SetSimdCap(t == 0 ? "avx512" : "avx512bf16");
+      c.ResetOutputs();
+      RunEngine(c.problem());
+      lse[t] = c.lse();
+    }
+    EXPECT_NE(lse[0], lse[1]) << "case " << seed << ": the dot tiles did not run";
+  }
+}
+
+// A dot item must not flush a subnormal query element: against a key channel of -inf it gives
+// a score of -inf (that key is invisible), where VDPBF16PS, reading it as 0, would give
+// 0 x -inf = NaN. Such items keep the fp32 FMA path (DotItemOk); the reference's finite rows
+// must come out (NaN otherwise).
+TEST(Engine, SubnormalQueryMeetsInfiniteKey) {
+  CaseSpec s;
+  s.h_q = 4;
+  s.h_kv = 1;
+  s.d_qk = s.d_v = 32;
+  s.q_len = {20};
+  s.kv_len = {100};
+  s.oe = Elem::kF32;
+  RunCase(s, [](Case& c) {
+    Problem& p = c.problem();
+    uint16_t* q = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.q.data));
+    uint16_t* k = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.k.cache.data));
+    for (int64_t h = 0; h < p.h_q; ++h)
+      for (int64_t i = 0; i < p.q_len[0]; ++i) q[p.q.Offset(0, h, p.q_begin[0] + i, 5)] = 0x0001;
+    k[p.k.cache.Offset(0, 0, 37, 5)] = 0xFF80;  // -inf
+  });
 }
 
 TEST(Engine, LargeScoresStayFinite) {
