@@ -1080,7 +1080,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         if (dot) {
           KeyPairs(sc.kt, D, npad, sc.kp);
           ValuePairs(sc.v, vs, nk, ldv, sc.vp, vs);
-          ScoresDot(sc.qp + hx * hrows * ldqp, ldqp, hrows, sc.kp, D, npad, sc.s);
+          ScoresDot(sc.qp + hx * hrows * ldqp, ldqp, hrows, sc.kp, D, npad, scale, sc.s);
         }
 #endif
         if (!dot) Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
@@ -1091,7 +1091,8 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       const typename V::T vscale = V::Set1(scale);
       for (int64_t r = 0; r < hrows; ++r) {
         float* s = sc.s + r * TN;
-        for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
+        if (!dot)  // (dot tiles store their scores scaled)
+          for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
         BiasAndMaskRow(p, w, org, hk, r, jt0, nk, npad, full, sc.vis, s);
 
         typename V::T vm = V::Set1(kNegInf);
@@ -1117,10 +1118,12 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
             const typename V::T x = V::Sub(V::Load(s + n), vmn);
             typename V::T e = kP ? V::ExpP(x) : V::Exp(x);
             vsum = V::Add(vsum, e);
+#if defined(OPENFIA_ATTEND_BF16DOT)
             if (dot) {  // bf16 P in place over the row's first half (read before written)
-              V::StoreBF16(reinterpret_cast<uint16_t*>(s) + n, e);
+              StoreP(reinterpret_cast<uint16_t*>(s) + n, e);
               continue;
             }
+#endif
             if (pe == Elem::kBF16) e = V::RoundBF16(e);
             else if (pe == Elem::kF16) e = V::RoundF16(e);
             V::Store(s + n, e);

@@ -112,10 +112,11 @@ inline void ValuePairs(const float* v, int64_t vs, int64_t nk, int64_t ldv, uint
 
 // c[r * ldc + 16 j + i] (+)= sum_{k < K2} pair a[r * lda + k] . pair b[k * ldb + 16 j + i], for R
 // rows and C vectors of columns: broadcast a's word, VDPBF16PS into R x C accumulators starting
-// at zero (scores) or at c (ACC: the P V accumulators).
+// at zero (scores, stored times `scale`: the generic loop's scaling pass, the same product) or at
+// c (ACC: the P V accumulators).
 template <int R, int C, bool ACC>
 inline void DotBlock(const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb, int64_t K2,
-                     float* c, int64_t ldc) {
+                     float* c, int64_t ldc, __m512 scale) {
   __m512 acc[R][C];
   OPENFIA_UNROLL
   for (int r = 0; r < R; ++r)
@@ -138,42 +139,52 @@ inline void DotBlock(const uint32_t* a, int64_t lda, const uint32_t* b, int64_t 
   OPENFIA_UNROLL
   for (int r = 0; r < R; ++r)
     OPENFIA_UNROLL
-    for (int j = 0; j < C; ++j) _mm512_storeu_ps(c + r * ldc + j * 16, acc[r][j]);
+    for (int j = 0; j < C; ++j)
+      _mm512_storeu_ps(c + r * ldc + j * 16, ACC ? acc[r][j] : _mm512_mul_ps(acc[r][j], scale));
 }
 
 // Rows [0, rows) of a product in register blocks of kRB rows x kCB vectors: c (rows x ncol at
 // stride ldc) (+)= a (rows x K2 words at stride lda) * b (K2 x ncol words at stride ldb).
 template <bool ACC, int R>
 inline void DotRows(const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb, int64_t K2,
-                    int64_t ncol, float* c, int64_t ldc) {
+                    int64_t ncol, float* c, int64_t ldc, __m512 scale) {
   int64_t c0 = 0;
   for (; c0 + kCB * 16 <= ncol; c0 += kCB * 16)
-    DotBlock<R, kCB, ACC>(a, lda, b + c0, ldb, K2, c + c0, ldc);
-  for (; c0 < ncol; c0 += 16) DotBlock<R, 1, ACC>(a, lda, b + c0, ldb, K2, c + c0, ldc);
+    DotBlock<R, kCB, ACC>(a, lda, b + c0, ldb, K2, c + c0, ldc, scale);
+  for (; c0 < ncol; c0 += 16) DotBlock<R, 1, ACC>(a, lda, b + c0, ldb, K2, c + c0, ldc, scale);
 }
 
 template <bool ACC, int R>
 inline void DotTail(int64_t rem, const uint32_t* a, int64_t lda, const uint32_t* b, int64_t ldb,
-                    int64_t K2, int64_t ncol, float* c, int64_t ldc) {
+                    int64_t K2, int64_t ncol, float* c, int64_t ldc, __m512 scale) {
   if constexpr (R > 0) {
-    if (rem == R) return DotRows<ACC, R>(a, lda, b, ldb, K2, ncol, c, ldc);
-    DotTail<ACC, R - 1>(rem, a, lda, b, ldb, K2, ncol, c, ldc);
+    if (rem == R) return DotRows<ACC, R>(a, lda, b, ldb, K2, ncol, c, ldc, scale);
+    DotTail<ACC, R - 1>(rem, a, lda, b, ldb, K2, ncol, c, ldc, scale);
   }
 }
 
 template <bool ACC>
 inline void DotProduct(const uint32_t* a, int64_t lda, int64_t rows, const uint32_t* b,
-                       int64_t ldb, int64_t K2, int64_t ncol, float* c, int64_t ldc) {
+                       int64_t ldb, int64_t K2, int64_t ncol, float* c, int64_t ldc,
+                       __m512 scale = _mm512_set1_ps(1.f)) {
   int64_t r0 = 0;
   for (; r0 + kRB <= rows; r0 += kRB)
-    DotRows<ACC, kRB>(a + r0 * lda, lda, b, ldb, K2, ncol, c + r0 * ldc, ldc);
-  DotTail<ACC, kRB - 1>(rows - r0, a + r0 * lda, lda, b, ldb, K2, ncol, c + r0 * ldc, ldc);
+    DotRows<ACC, kRB>(a + r0 * lda, lda, b, ldb, K2, ncol, c + r0 * ldc, ldc, scale);
+  DotTail<ACC, kRB - 1>(rows - r0, a + r0 * lda, lda, b, ldb, K2, ncol, c + r0 * ldc, ldc,
+                        scale);
 }
 
-// s[r * TN + n] = q_r . k_n for n < npad (kp from KeyPairs over D channels).
+// s[r * TN + n] = scale * (q_r . k_n) for n < npad (kp from KeyPairs over D channels).
 inline void ScoresDot(const uint32_t* qp, int64_t ldqp, int64_t rows, const uint32_t* kp,
-                      int64_t D, int64_t npad, float* s) {
-  DotProduct<false>(qp, ldqp, rows, kp, TN, (D + 1) / 2, npad, s, TN);
+                      int64_t D, int64_t npad, float scale, float* s) {
+  DotProduct<false>(qp, ldqp, rows, kp, TN, (D + 1) / 2, npad, s, TN, _mm512_set1_ps(scale));
+}
+
+// 16 probabilities (bf16 values already, never subnormal: ExpP) stored as bf16: VCVTNEPS2BF16,
+// bitwise V::StoreBF16 for them (a NaN stays a NaN).
+inline void StoreP(uint16_t* p, __m512 e) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
 }
 
 // acc[r * lda + d] += sum_n P[r][n] V[n][d] for d < ldv, P as bf16 rows over sc.s (row stride
