@@ -798,10 +798,6 @@ inline void PvMasked(const float* p, int64_t rows, const uint8_t* vis, int64_t n
   }
 }
 
-#if defined(OPENFIA_ATTEND_BF16DOT)
-#include "simd/attend_dot-inl.h"
-#endif
-
 // ---------------------------------------------------------------------------------------------
 // Streaming (no-pack) kernels for few rows per work item (decode: the GQA heads of one KV head).
 // With so few rows every K/V byte is used by only a handful of FMAs, so packing the tile costs
@@ -908,6 +904,9 @@ inline Elem FastElem(const KvOperand& kv, const uint8_t* pre) {
   return (pre[0] ? kv.prefix : kv.cache).elem;
 }
 
+#if defined(OPENFIA_ATTEND_BF16DOT)
+#include "simd/attend_dot-inl.h"
+#endif
 #include "simd/attend_fullquant-inl.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -1065,23 +1064,34 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
         StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s);
         PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
       } else {
-        if (!kv_shared || !PackKVShared(Kx, sc, nk, D, vs, &fast)) {
-          PackKT(Kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
-          if (p.d_rope > 0)
-            PackKT(Rx, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
-                   &dq_rows);
-          PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
+#if defined(OPENFIA_ATTEND_BF16DOT)
+        // Dot tiles of bf16 rows pack their pair forms straight from the rows.
+        dot = dot_item && PackPairsDirect(p, Kx, Vx, sc, nk, vs,
+                                          kdq.any() || vdq.any() || rdq.any(), &fast, &fastv,
+                                          &v_bad);
+#endif
+        if (!dot) {
+          if (!kv_shared || !PackKVShared(Kx, sc, nk, D, vs, &fast)) {
+            PackKT(Kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
+            if (p.d_rope > 0)
+              PackKT(Rx, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
+                     &dq_rows);
+            PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
+          }
+          v_bad = AnyNonFinite(sc.v, nk, vs);
+#if defined(OPENFIA_ATTEND_BF16DOT)
+          // Not with a non-finite value: its masked cells and tiny probabilities need the fp32
+          // P; otherwise the pair forms from the fp32 packing (every storage format, antiquant).
+          dot = dot_item && !v_bad;
+          if (dot) {
+            KeyPairs(sc.kt, D, npad, sc.kp);
+            ValuePairs(sc.v, vs, nk, ldv, sc.vp, vs);
+          }
+#endif
         }
-        v_bad = AnyNonFinite(sc.v, nk, vs);
         v_seen = true;
 #if defined(OPENFIA_ATTEND_BF16DOT)
-        // Not with a non-finite value: its masked cells and tiny probabilities need the fp32 P.
-        dot = dot_item && !v_bad;
-        if (dot) {
-          KeyPairs(sc.kt, D, npad, sc.kp);
-          ValuePairs(sc.v, vs, nk, ldv, sc.vp, vs);
-          ScoresDot(sc.qp + hx * hrows * ldqp, ldqp, hrows, sc.kp, D, npad, scale, sc.s);
-        }
+        if (dot) ScoresDot(sc.qp + hx * hrows * ldqp, ldqp, hrows, sc.kp, D, npad, scale, sc.s);
 #endif
         if (!dot) Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
       }

@@ -34,11 +34,14 @@ inline bool DotOperandOk(const Operand& o, const Dequant& dq) {
 inline bool DotKvOk(const KvOperand& kv) {
   return DotOperandOk(kv.cache, kv.dequant) && DotOperandOk(kv.prefix, kv.prefix_dequant);
 }
-inline bool DotItemOk(const Problem& p, const float* q, int64_t rows, int64_t ldq, int64_t D) {
+inline bool DotItemOperandsOk(const Problem& p) {
   if (p.q.elem != Elem::kBF16 || (p.d_rope > 0 && p.q_rope.elem != Elem::kBF16)) return false;
   if (!DotKvOk(p.k) || !DotKvOk(p.v)) return false;
   if (p.d_rope > 0 && !DotKvOk(p.k_rope)) return false;
-  if (p.k2.cache.present() && (!DotKvOk(p.k2) || !DotKvOk(p.v2))) return false;
+  return !p.k2.cache.present() || (DotKvOk(p.k2) && DotKvOk(p.v2));
+}
+inline bool DotItemOk(const Problem& p, const float* q, int64_t rows, int64_t ldq, int64_t D) {
+  if (!DotItemOperandsOk(p)) return false;
   // |x| in (0, 2^-126) or not finite: exponent field 0 with a nonzero mantissa, or 255.
   const __m512i expo = _mm512_set1_epi32(0x7F800000), mant = _mm512_set1_epi32(0x007FFFFF);
   __mmask16 bad = 0;
@@ -193,4 +196,96 @@ inline void PvDot(const float* s, int64_t rows, const uint32_t* vp, int64_t vps,
                   int64_t nk, float* acc, int64_t lda) {
   DotProduct<true>(reinterpret_cast<const uint32_t*>(s), TN, rows, vp, vps, (nk + 1) / 2, ldv,
                    acc, lda);
+}
+
+// ---- Direct pair packing: bf16 rows straight into pair form, without the fp32 staging ------
+// For tiles whose K (and rope) and V rows are bf16 rows of vector-contiguous operands
+// (MakeFastRows) with channel counts that are multiples of 32.
+
+// Channels [e0, e0 + 16) and [e1, e1 + 16) of a bf16 row (two vectors of channels) as 16 words.
+inline __m512i Load32Channels(const uint16_t* row, int64_t e0, int64_t e1) {
+  if (e1 == e0 + 16) return _mm512_loadu_si512(row + e0);
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + e0))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + e1)), 1);
+}
+
+// kp[(w0 + k) * TN + n] = word k of key n's row (its channels 2k, 2k + 1) for k < D / 2,
+// n < npad (zero past nk): a 16 x 16 transpose of 32-bit words per 16 keys and 32 channels.
+inline void KeyPairsBf16(const FastRows& f, int64_t nk, int64_t D, int64_t w0, uint32_t* kp) {
+  const int64_t npad = (nk + 15) / 16 * 16;
+  for (int64_t n0 = 0; n0 < npad; n0 += 16) {
+    const int m = static_cast<int>(std::min<int64_t>(16, nk - n0));
+    const uint16_t* rows[16];  // local copies: the stores below could alias f as far as GCC knows
+    for (int i = 0; i < 16; ++i)
+      rows[i] = i < m ? static_cast<const uint16_t*>(f.row[n0 + i]) : nullptr;
+    for (int64_t c = 0; c < D / 32; ++c) {
+      const int64_t e0 = f.doff[2 * c], e1 = f.doff[2 * c + 1];
+      __m512 r[16];
+      if (m == 16) {
+        OPENFIA_UNROLL
+        for (int i = 0; i < 16; ++i) r[i] = _mm512_castsi512_ps(Load32Channels(rows[i], e0, e1));
+      } else {
+        for (int i = 0; i < 16; ++i)
+          r[i] = i < m ? _mm512_castsi512_ps(Load32Channels(rows[i], e0, e1)) : _mm512_setzero_ps();
+      }
+      V::Transpose(r);
+      OPENFIA_UNROLL
+      for (int i = 0; i < 16; ++i)
+        _mm512_storeu_ps(reinterpret_cast<float*>(kp + (w0 + 16 * c + i) * TN + n0), r[i]);
+    }
+  }
+}
+
+// vp[j * vps + d] = (V[2j][d], V[2j+1][d]) for d < Dv, zero past nk; returns whether a value is
+// Inf or NaN (exponent field all ones).
+inline bool ValuePairsBf16(const FastRows& f, int64_t nk, int64_t Dv, uint32_t* vp, int64_t vps) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                      39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  const __m512i ex = _mm512_set1_epi16(0x7F80);
+  __mmask32 bad = 0;
+  for (int64_t j = 0; 2 * j < nk; ++j) {
+    const uint16_t* a = static_cast<const uint16_t*>(f.row[2 * j]);
+    const uint16_t* b = 2 * j + 1 < nk ? static_cast<const uint16_t*>(f.row[2 * j + 1]) : nullptr;
+    uint32_t* dst = vp + j * vps;
+    for (int64_t c = 0; c < Dv / 32; ++c) {
+      const int64_t e0 = f.doff[2 * c], e1 = f.doff[2 * c + 1];
+      const __m512i x = Load32Channels(a, e0, e1);
+      const __m512i y = b ? Load32Channels(b, e0, e1) : _mm512_setzero_si512();
+      bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, ex), ex) |
+             _mm512_cmpeq_epi16_mask(_mm512_and_si512(y, ex), ex);
+      _mm512_storeu_si512(dst + 32 * c, _mm512_permutex2var_epi16(x, lo, y));
+      _mm512_storeu_si512(dst + 32 * c + 16, _mm512_permutex2var_epi16(x, hi, y));
+    }
+  }
+  return bad != 0;
+}
+
+inline bool Bf16Rows(const KvOperand& kv, const void* const* base, const int64_t* off,
+                     const uint8_t* pre, int64_t nk, int64_t D, FastRows* f) {
+  return D % 32 == 0 && MakeFastRows(kv, base, off, pre, nk, D, f) &&
+         FastElem(kv, pre) == Elem::kBF16;
+}
+
+// The tile's kp / vp straight from bf16 rows (see above); false (nothing usable packed) when a
+// row is not such a row, a value is Inf or NaN (*v_bad: the fp32 path must run), or an operand
+// is quantized.
+inline bool PackPairsDirect(const Problem& p, const KvOperand& kx, const KvOperand& vx,
+                            const EngineScratch& sc, int64_t nk, int64_t vps, bool quantized,
+                            FastRows* fk, FastRows* fv, bool* v_bad) {
+  *v_bad = false;
+  if (quantized || !Bf16Rows(kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, fk) ||
+      !Bf16Rows(vx, sc.vbase, sc.voff, sc.kpre, nk, p.d_v, fv))
+    return false;
+  if (ValuePairsBf16(*fv, nk, p.d_v, sc.vp, vps)) {
+    *v_bad = true;
+    return false;
+  }
+  KeyPairsBf16(*fk, nk, p.d_qk, 0, sc.kp);
+  if (p.d_rope > 0) {
+    if (!Bf16Rows(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, fk)) return false;
+    KeyPairsBf16(*fk, nk, p.d_rope, p.d_qk / 2, sc.kp);
+  }
+  return true;
 }

@@ -50,10 +50,15 @@ const KernelTable kTable = {"avx512bf16", &ExpArray, &ExpPArray, &Attend, &Scale
 
 namespace openfia::internal {
 const KernelTable* Avx512Bf16Kernels() { return &avx512bf16_target::kTable; }
+bool Avx512Bf16DotRunsItem(const Problem& p, const WorkItem& w) {
+  return KernelsFor("avx512bf16") != nullptr && avx512bf16_target::DotItemOperandsOk(p) &&
+         !p.full_quant && w.head_rows() > avx512bf16_target::kStreamRows;
+}
 }  // namespace openfia::internal
 #pragma GCC pop_options
 #else
 namespace openfia::internal {
 const KernelTable* Avx512Bf16Kernels() { return nullptr; }
+bool Avx512Bf16DotRunsItem(const Problem&, const WorkItem&) { return false; }
 }  // namespace openfia::internal
 #endif

@@ -115,6 +115,11 @@ bool Avx2DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const
 const KernelTable* Avx512Kernels();
 // The AVX-512 loop with VDPBF16PS dot tiles for bf16 items (attend_dot-inl.h).
 const KernelTable* Avx512Bf16Kernels();
+// Whether the AVX512-BF16 table runs the packed tiles of item `w` of `p` as dot tiles (its
+// operands are bf16 values and the item is never streamed; false when the target is not
+// compiled or the CPU lacks it). The loop still keeps fp32 for a query with a subnormal or
+// non-finite value and for tiles whose V holds Inf / NaN. For tests that must prove dot tiles ran.
+bool Avx512Bf16DotRunsItem(const Problem& p, const WorkItem& w);
 // AMX-BF16 tiles for bf16 prefill items, the AVX-512 table for the rest; nullptr when not compiled
 // or when the OS refuses the tile-data permission (the first call requests it).
 const KernelTable* AmxKernels();
