@@ -36,10 +36,14 @@ struct V : Avx512Vec {};
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
 #undef OPENFIA_ATTEND_BF16DOT
+#include "simd/decode_tile-inl.h"
+#include "simd/decode_avx512bf16-inl.h"
 #include "simd/rows-inl.h"
 
-// Decode items go to the AVX2 decode kernel when it runs them, everything else to the loop.
+// Decode items go to this target's bf16 decode kernel, else to the AVX2 decode kernel (int8 /
+// int4 K or V) when they run them, everything else to the loop.
 void Attend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  if (Bf16DecodeRun(p, w, sc, out)) return;
   if (Avx2DecodeRun(p, w, sc, out)) return;
   AttendImpl(p, w, sc, out);
 }
@@ -47,18 +51,23 @@ void Attend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowSta
 const KernelTable kTable = {"avx512bf16", &ExpArray, &ExpPArray, &Attend, &ScaleRow, &Axpy};
 
 }  // namespace openfia::internal::avx512bf16_target
+#pragma GCC pop_options
 
+// Baseline code: asked on any CPU (dispatch, tests).
 namespace openfia::internal {
 const KernelTable* Avx512Bf16Kernels() { return &avx512bf16_target::kTable; }
 bool Avx512Bf16DotRunsItem(const Problem& p, const WorkItem& w) {
   return KernelsFor("avx512bf16") != nullptr && avx512bf16_target::DotItemOperandsOk(p) &&
          !p.full_quant && w.head_rows() > avx512bf16_target::kStreamRows;
 }
+bool Avx512Bf16DecodeRunsItem(const Problem& p, const WorkItem& w) {
+  return KernelsFor("avx512bf16") != nullptr && avx512bf16_target::Bf16DecodeCan(p, w);
+}
 }  // namespace openfia::internal
-#pragma GCC pop_options
 #else
 namespace openfia::internal {
 const KernelTable* Avx512Bf16Kernels() { return nullptr; }
 bool Avx512Bf16DotRunsItem(const Problem&, const WorkItem&) { return false; }
+bool Avx512Bf16DecodeRunsItem(const Problem&, const WorkItem&) { return false; }
 }  // namespace openfia::internal
 #endif

@@ -120,6 +120,11 @@ const KernelTable* Avx512Bf16Kernels();
 // compiled or the CPU lacks it). The loop still keeps fp32 for a query with a subnormal or
 // non-finite value and for tiles whose V holds Inf / NaN. For tests that must prove dot tiles ran.
 bool Avx512Bf16DotRunsItem(const Problem& p, const WorkItem& w);
+// Whether the AVX512-BF16 table runs item `w` of `p` on its bf16 decode kernel
+// (decode_avx512bf16-inl.h; false when the target is not compiled or the CPU lacks it). The
+// kernel still declines an item whose query holds a subnormal or non-finite value. For tests
+// that must prove the kernel ran.
+bool Avx512Bf16DecodeRunsItem(const Problem& p, const WorkItem& w);
 // AMX-BF16 tiles for bf16 prefill items, the AVX-512 table for the rest; nullptr when not compiled
 // or when the OS refuses the tile-data permission (the first call requests it).
 const KernelTable* AmxKernels();

@@ -1,0 +1,360 @@
+// openfia internal: the AVX512-BF16 decode kernel (few query rows per KV head, bf16 K and V).
+//
+// Included by kernels_avx512bf16.cc inside namespace openfia::internal::avx512bf16_target, after
+// attend-inl.h and decode_tile-inl.h (DecodeCan, DecTile, DecPrefetcher). The table's attend
+// entry offers every item to Bf16DecodeRun first; it returns false for an item it does not run
+// (the AVX2 decode kernel or the generic loop runs it), so semantics never depend on it.
+//
+// The AVX2 decode kernel spends ~137 cycles per key and KV head on fp32 FMAs (each bf16 row split
+// into even / odd channels, two FMAs per 16 channels and row): compute-bound at half the DRAM
+// rate. VDPBF16PS multiplies 32 bf16 pairs per instruction, so per 64-key tile:
+//   scores   a bf16 key row is D / 32 zmm, each VDPBF16PSed with the same channels of every query
+//            row (stored bf16 as given): 16 / R keys x R rows = 16 accumulators per block (16
+//            independent chains), reduced by one transposing add tree (BdSum16) to one vector
+//            of the 16 scores, stored row-major st[r][key] by R masked stores.
+//   softmax  per row on its 64 scores: the operations of the AVX2 decode kernel (scale, running
+//            max, the exact V::Exp, sum, P rounded to bf16), P kept as fp32 and as bf16 pairs.
+//   P V      per head in chunks of kBdChunk keys: two value rows interleaved into bf16 pairs
+//            (V[n][c], V[n + 1][c]) by VPERMT2W, VDPBF16PSed with the broadcast word
+//            (P[r][n], P[r][n + 1]) into R x 16 / R accumulators of 16 channels (channel order).
+// bf16 x bf16 products are exact in fp32; the order of the fp32 sums differs from the other
+// targets (within the fp32-accumulation tolerance of the fp64 reference). VDPBF16PS reads bf16
+// subnormals as zero and flushes subnormal results, which attend_dot-inl.h explains; here:
+//   - Q: an item whose query holds a subnormal or non-finite value is declined (BdQueryOk: an
+//     infinite q meeting a subnormal k must give inf, not 0 x inf = NaN).
+//   - P: a subnormal P (exp below 2^-126) reads as 0 against finite values, which vanishes
+//     against l >= 1; a chunk whose value rows hold a non-finite value runs the fp32 FMA of the
+//     AVX2 kernel instead (BdPvExact: a tiny P times inf must stay inf, and 0 x inf NaN).
+//   - K / V subnormals (< 2^-126) contribute 0 instead of < 2^-126 x |other operand|.
+//
+// Memory order as in the AVX2 kernel: token after token across the item's KV heads (score
+// blocks of all heads for each 16 / R keys, P V chunks for all heads) with the same prefetch
+// stream (DecPrefetcher), but kBdAhead = 32 tokens ahead and into L2 (T1): at this kernel's rate
+// the AVX2 kernel's NTA stream 8 tokens ahead left it waiting on DRAM (7.8 GB/s, T1: 10-13).
+//
+// Items it runs: those of the AVX2 decode kernel (DecodeCan) with a bf16 query and bf16 K and V
+// (a bf16 shared prefix allowed), query rows free of subnormal and non-finite values.
+
+constexpr int64_t kBdChunk = 16;  // keys per P V chunk and head (its value rows stay in L1)
+constexpr int64_t kBdAhead = 32;  // tokens of prefetch distance (a score block is up to 16)
+
+inline bool Bf16DecodeCan(const Problem& p, const WorkItem& w) {
+  DecKind kk, vk;
+  return p.q.elem == Elem::kBF16 && DecodeCan(p, w, &kk, &vk) && kk == DecKind::kBf16 &&
+         vk == DecKind::kBf16;
+}
+
+// Scratch (from sc.kt on) of an item: fp32 scores / P [n_hk][R][TN], bf16 P [n_hk][R][TN].
+// Sizes in floats.
+inline int64_t BdScratchFloats(const WorkItem& w) { return w.rows() * (TN + TN / 2); }
+
+__attribute__((always_inline)) inline __m512bh BdBh(__m512i x) {
+  return reinterpret_cast<__m512bh>(x);
+}
+
+// 32 bf16 channels [d, d + 32) of a row; past D (D % 32 == 16) zeros.
+__attribute__((always_inline)) inline __m512i BdLoad32(const char* row, int64_t d, int64_t D) {
+  if (d + 32 <= D) return _mm512_loadu_si512(row + 2 * d);
+  return _mm512_maskz_loadu_epi16(0xFFFF, row + 2 * d);
+}
+
+// The 16 lane sums of x[0..16) in one vector: lane 4b + j holds the sum of x[4j + b] (an add tree
+// of 128-bit block shuffles, then in-block shuffles: 15 adds, 30 shuffles).
+__attribute__((always_inline)) inline __m512 BdSum16(const __m512* x) {
+  __m512 c[8], e[4], g[2];
+  OPENFIA_UNROLL
+  for (int i = 0; i < 8; ++i)
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0xEE));
+  OPENFIA_UNROLL
+  for (int i = 0; i < 4; ++i)
+    e[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
+  OPENFIA_UNROLL
+  for (int i = 0; i < 2; ++i)
+    g[i] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * i], e[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(e[2 * i], e[2 * i + 1], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
+}
+
+// st[r * TN + n0 + k] = q_r . K[n0 + k] for r < R, k < 16 / R: bf16 q rows at stride ldq
+// (zero past D), key rows krow[n] + x * step[n] (head x).
+template <int R>
+__attribute__((always_inline)) inline void BdScoreBlock(const uint16_t* q, int64_t ldq,
+                                                        int64_t D, const DecTile& t, int64_t x,
+                                                        int64_t n0, float* st) {
+  constexpr int KB = 16 / R;
+  __m512 acc[16];  // acc[r * KB + k]: the lane order of the stored vector
+  OPENFIA_UNROLL
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  const char* kr[KB];
+  OPENFIA_UNROLL
+  for (int k = 0; k < KB; ++k) kr[k] = t.k[n0 + k] + x * t.kstep[n0 + k];
+  for (int64_t d = 0; d < D; d += 32) {
+    OPENFIA_UNROLL
+    for (int k = 0; k < KB; ++k) {
+      const __m512bh kv = BdBh(BdLoad32(kr[k], d, D));
+      OPENFIA_UNROLL
+      for (int r = 0; r < R; ++r)
+        acc[r * KB + k] = _mm512_dpbf16_ps(
+            acc[r * KB + k], kv, BdBh(_mm512_loadu_si512(q + r * ldq + d)));
+    }
+  }
+  // BdSum16 puts x[4j + b] in lane 4b + j: feed acc[L] as x[4 (L % 4) + L / 4].
+  __m512 in[16];
+  OPENFIA_UNROLL
+  for (int L = 0; L < 16; ++L) in[4 * (L % 4) + L / 4] = acc[L];
+  const __m512 s = BdSum16(in);
+  // Lanes [r KB, r KB + KB) are row r's: stored at st + r TN + n0.
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    _mm512_mask_storeu_ps(st + r * (TN - KB) + n0,
+                          static_cast<__mmask16>(((1u << KB) - 1) << (r * KB)), s);
+}
+
+// Online softmax of one head's tile on its row-major scores st[r][TN] (in place: P rounded to
+// bf16; its bf16 bits also in ph[r][TN], the pair words of P V); updates m / l of the R rows and
+// rescales their accumulators. The operations of the AVX2 decode kernel's DecSoftmax.
+inline void BdSoftmax(float* st, uint16_t* ph, int64_t R, int64_t nk, float scale, float* m,
+                      float* l, float* acc, int64_t acc_stride, int64_t ldv) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t nvec = (nk + 15) / 16;  // P V reads no key past these (chunks end at nk + 1)
+  const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(kNegInf);
+  for (int64_t r = 0; r < R; ++r) {
+    float* s = st + r * TN;
+    __m512 vm = ninf;
+    for (int64_t i = 0; i < nvec; ++i) {
+      __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * i), vscale);
+      if ((i + 1) * 16 > nk)  // keys past nk: -inf
+        x = _mm512_mask_blend_ps(static_cast<__mmask16>((1u << (nk - 16 * i)) - 1), ninf, x);
+      _mm512_storeu_ps(s + 16 * i, x);
+      vm = _mm512_max_ps(vm, x);
+    }
+    const float m_old = m[r];
+    const float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
+    // A row that has seen nothing finite yet subtracts 0: its P is exp(-inf) = 0.
+    const __m512 vmn = _mm512_set1_ps(m_new == kNegInf ? 0.f : m_new);
+    const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
+    m[r] = m_new;
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nvec; ++i) {
+      __m512 e = V::Exp(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * i), vmn));
+      vsum = _mm512_add_ps(vsum, e);
+      e = V::RoundBF16(e);
+      _mm512_storeu_ps(s + 16 * i, e);
+      // e is a bf16 value (a NaN from arithmetic is quiet: its top half is a NaN too).
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ph + r * TN + 16 * i),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(e), 16)));
+    }
+    const float tsum = _mm512_reduce_add_ps(vsum);
+    // A row with no finite score yet whose sum is NaN met a NaN score: the row is NaN, as in the
+    // reference (m = NaN spreads to every later tile; the epilogue would read m = -inf as empty).
+    if (m[r] == kNegInf && std::isnan(tsum)) m[r] = std::numeric_limits<float>::quiet_NaN();
+    l[r] = l[r] * alpha + tsum;
+    if (alpha != 1.f) {
+      float* a = acc + r * acc_stride;
+      const __m512 va = _mm512_set1_ps(alpha);
+      for (int64_t d = 0; d < ldv; d += 16)
+        _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+    }
+  }
+}
+
+// Whether value rows [n0, n1) (Dv channels) are free of infinities and NaNs: a bf16 value u is
+// not finite when u | 0x807F is 0xFFFF (every exponent bit set), the unsigned maximum.
+inline bool BdRowsFinite(const char* const* vr, int64_t n0, int64_t n1, int64_t Dv) {
+  const __m512i fill = _mm512_set1_epi16(static_cast<int16_t>(0x807F));
+  __m512i hi = _mm512_setzero_si512();
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t d = 0; d < Dv; d += 32)
+      hi = _mm512_max_epu16(hi, _mm512_or_si512(BdLoad32(vr[n], d, Dv), fill));
+  return _mm512_cmpeq_epi16_mask(hi, _mm512_set1_epi16(-1)) == 0;
+}
+
+// acc rows [0, R) x channel groups [g0, g0 + NC) (16 channels each) += P V over the key pairs
+// (n, n + 1), n = n0, n0 + 2, .. < n1: value rows vr[n], P pair words of row r at pw + r TN / 2.
+template <int R, int NC>
+__attribute__((always_inline)) inline void BdPvBlock(const uint32_t* pw, const char* const* vr,
+                                                     int64_t n0, int64_t n1, int64_t g0,
+                                                     float* acc, int64_t lda) {
+  // Word i of the result: (a[i], b[i]) (lo: channels 0..15 of a 32-channel load; hi: 16..31).
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                      8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  __m512 a[R][NC];
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < NC; ++j) a[r][j] = _mm512_loadu_ps(acc + r * lda + 16 * (g0 + j));
+  for (int64_t n = n0; n < n1; n += 2) {
+    __m512i pp[R];
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r)
+      pp[r] = _mm512_set1_epi32(static_cast<int>(pw[r * TN / 2 + n / 2]));
+    const char* v0 = vr[n] + 32 * g0;
+    const char* v1 = vr[n + 1] + 32 * g0;
+    if constexpr (NC == 1) {
+      // One group: both rows' 16 channels in one vector, (a[i], a[16 + i]) per word.
+      const __m512i x = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v1)), 1);
+      const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                           24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                           16, 0);
+      const __m512i pv = _mm512_permutexvar_epi16(idx, x);
+      OPENFIA_UNROLL
+      for (int r = 0; r < R; ++r) a[r][0] = _mm512_dpbf16_ps(a[r][0], BdBh(pv), BdBh(pp[r]));
+    } else {
+      static_assert(NC % 2 == 0, "groups go two at a time");
+      OPENFIA_UNROLL
+      for (int j = 0; j < NC; j += 2) {
+        const __m512i x0 = _mm512_loadu_si512(v0 + 32 * j), x1 = _mm512_loadu_si512(v1 + 32 * j);
+        const __m512i pl = _mm512_permutex2var_epi16(x0, lo, x1);
+        const __m512i ph = _mm512_permutex2var_epi16(x0, hi, x1);
+        OPENFIA_UNROLL
+        for (int r = 0; r < R; ++r) {
+          a[r][j] = _mm512_dpbf16_ps(a[r][j], BdBh(pl), BdBh(pp[r]));
+          a[r][j + 1] = _mm512_dpbf16_ps(a[r][j + 1], BdBh(ph), BdBh(pp[r]));
+        }
+      }
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < NC; ++j) _mm512_storeu_ps(acc + r * lda + 16 * (g0 + j), a[r][j]);
+}
+
+// acc (R rows of one head) += P V over keys [n0, n1) (n1 - n0 even; rows past the tile's keys
+// are zero rows with P = 0): 16 accumulators per block.
+template <int R>
+inline void BdPv(const uint32_t* pw, const char* const* vr, int64_t n0, int64_t n1, int64_t Dv,
+                 float* acc, int64_t lda) {
+  constexpr int NC = 16 / R;
+  const int64_t ng = Dv / 16;
+  int64_t g = 0;
+  for (; g + NC <= ng; g += NC) BdPvBlock<R, NC>(pw, vr, n0, n1, g, acc, lda);
+  if constexpr (NC > 2)
+    for (; g + 2 <= ng; g += 2) BdPvBlock<R, 2>(pw, vr, n0, n1, g, acc, lda);
+  if (g < ng) BdPvBlock<R, 1>(pw, vr, n0, n1, g, acc, lda);
+}
+
+// acc (R rows) += P V over keys [n0, n1) as fp32 FMAs of the fp32 P, key after key (value rows
+// with a non-finite value: a subnormal P must still meet it).
+inline void BdPvExact(const float* st, int64_t R, const char* const* vr, int64_t n0, int64_t n1,
+                      int64_t Dv, float* acc, int64_t lda) {
+  for (int64_t r = 0; r < R; ++r) {
+    float* a = acc + r * lda;
+    for (int64_t n = n0; n < n1; ++n) {
+      const __m512 pb = _mm512_set1_ps(st[r * TN + n]);
+      const uint16_t* v = reinterpret_cast<const uint16_t*>(vr[n]);
+      for (int64_t d = 0; d < Dv; d += 16)
+        _mm512_storeu_ps(a + d, _mm512_fmadd_ps(pb, V::LoadBF16(v + d), _mm512_loadu_ps(a + d)));
+    }
+  }
+}
+
+// The item's query rows as bf16 into qb [n_hk][R][ldq] (zero past D); false when one holds a
+// subnormal or non-finite value (see the top of the file).
+inline bool BdPackQuery(const Problem& p, const WorkItem& w, int64_t ldq, uint16_t* qb) {
+  const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), R = w.head_rows(), D = p.d_qk;
+  const void* base = p.q.Base(b);
+  uint32_t bad = 0;
+  for (int64_t x = 0; x < w.n_hk; ++x) {
+    for (int64_t r = 0; r < R; ++r) {
+      uint16_t* dst = qb + (x * R + r) * ldq;
+      const int64_t h = (w.hk + x) * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+      const int64_t qo = p.q.Offset(b, h, row, 0);
+      if (p.q.sd == 1 && p.q.d_split == 0)
+        std::memcpy(dst, static_cast<const uint16_t*>(base) + qo, 2 * D);
+      else
+        for (int64_t d = 0; d < D; ++d)
+          dst[d] = cvt::F32ToBF16(cvt::Load(base, p.q.elem, qo + DOff(p.q, d)));
+      for (int64_t d = D; d < ldq; ++d) dst[d] = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        const uint32_t e = dst[d] & 0x7F80u;
+        bad |= e == 0x7F80u || (e == 0 && (dst[d] & 0x7Fu) != 0);
+      }
+    }
+  }
+  return bad == 0;
+}
+
+template <int R>
+void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out,
+           const uint16_t* qb, int64_t ldq) {
+  constexpr int KB = 16 / R;  // keys per score block
+  const int64_t nh = w.n_hk, D = p.d_qk, Dv = p.d_v, ldv = sc.dv_pad;
+  const float scale = static_cast<float>(p.scale);
+  ResetRowStates(out, w.rows(), ldv);
+  float* st = sc.kt;                                              // [nh][R][TN] scores, then P
+  uint16_t* ph = reinterpret_cast<uint16_t*>(st + nh * R * TN);  // [nh][R][TN] bf16 P
+  const uint32_t* pw = reinterpret_cast<const uint32_t*>(ph);
+
+  // Per tile, token-major (as in the AVX2 kernel): the score blocks of all heads for each KB
+  // keys, the softmax of each head, then P V in chunks of kBdChunk keys for all heads.
+  const int64_t kbytes = 2 * D, vbytes = 2 * Dv;
+  DecTile tiles[2];
+  const int64_t tile0 = w.j0 / TN * TN;
+  DecResolve(p, w, tile0, &tiles[0]);
+  const int64_t klines = nh * ((kbytes + 63) / 64), vlines = nh * ((vbytes + 63) / 64);
+  DecPrefetcher pf;  // K of the tile's scores, then its V, then the next tile's K
+  pf.to_l2 = true;
+  pf.Start(&tiles[0], false, nh, kbytes, 0);
+  pf.Issue(kBdAhead * klines, kBdAhead);
+  int cur = 0;
+  for (int64_t t0 = tile0; t0 < w.j1; t0 += TN, cur ^= 1) {
+    const DecTile& t = tiles[cur];
+    DecTile* nt = t0 + TN < w.j1 ? &tiles[cur ^ 1] : nullptr;
+    if (nt != nullptr) DecResolve(p, w, t0 + TN, nt);
+    const int64_t nk = t.nk;
+    // Scores; the key rows kBdAhead tokens ahead, then this tile's first value rows.
+    const int64_t kper = (KB * klines + nh - 1) / nh;  // lines per head and score block
+    for (int64_t n0 = 0; n0 < nk; n0 += KB) {
+      for (int64_t x = 0; x < nh; ++x) {
+        if (pf.Done() && !pf.v) pf.Start(&t, true, nh, vbytes, 0);
+        pf.Issue(kper, pf.v ? kBdAhead : n0 + KB + kBdAhead);
+        BdScoreBlock<R>(qb + x * R * ldq, ldq, D, t, x, n0, st + x * R * TN);
+      }
+    }
+    for (int64_t x = 0; x < nh; ++x)
+      BdSoftmax(st + x * R * TN, ph + x * R * TN, R, nk, scale, out.m + x * R, out.l + x * R,
+                out.acc + x * R * out.acc_stride, out.acc_stride, ldv);
+    // P V; the value rows kBdAhead tokens ahead, then the next tile's first key rows.
+    if (pf.t != &t || !pf.v) pf.Start(&t, true, nh, vbytes, 0);
+    const int64_t vper = (kBdChunk * vlines + nh - 1) / nh;  // lines per head and chunk
+    for (int64_t n0 = 0; n0 < nk; n0 += kBdChunk) {
+      const int64_t n1 = std::min(nk, n0 + kBdChunk), n2 = n1 + (n1 - n0) % 2;
+      for (int64_t x = 0; x < nh; ++x) {
+        if (pf.Done() && pf.v && nt != nullptr) pf.Start(nt, false, nh, kbytes, 0);
+        pf.Issue(vper, pf.v ? n1 + kBdAhead : kBdAhead);
+        float* acc = out.acc + x * R * out.acc_stride;
+        const char* vr[kDecMaxKeys];
+        for (int64_t n = n0; n < n2; ++n) vr[n] = t.v[n] + x * t.vstep[n];
+        if (BdRowsFinite(vr, n0, n1, Dv))
+          BdPv<R>(pw + x * R * TN / 2, vr, n0, n2, Dv, acc, out.acc_stride);
+        else
+          BdPvExact(st + x * R * TN, R, vr, n0, n1, Dv, acc, out.acc_stride);
+      }
+    }
+    if (nt != nullptr && (pf.t != nt || pf.v)) {  // a short tile: start the next one's keys
+      pf.Start(nt, false, nh, kbytes, 0);
+      pf.Issue(kBdAhead * klines, kBdAhead);
+    }
+  }
+}
+
+inline bool Bf16DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                          const RowStates& out) {
+  if (!Bf16DecodeCan(p, w) || sc.tmp - sc.kt < BdScratchFloats(w)) return false;
+  const int64_t ldq = (p.d_qk + 31) / 32 * 32;
+  uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
+  if (!BdPackQuery(p, w, ldq, qb)) return false;
+  switch (w.head_rows()) {
+    case 1: BdRun<1>(p, w, sc, out, qb, ldq); break;
+    case 2: BdRun<2>(p, w, sc, out, qb, ldq); break;
+    case 4: BdRun<4>(p, w, sc, out, qb, ldq); break;
+    default: BdRun<8>(p, w, sc, out, qb, ldq); break;
+  }
+  return true;
+}

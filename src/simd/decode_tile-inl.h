@@ -1,0 +1,153 @@
+// openfia internal: what the decode kernels share (decode_avx2-inl.h, decode_avx512bf16-inl.h):
+// which items they take, where a tile's K / V rows live, and the token-order prefetch stream.
+//
+// Included inside a target namespace after attend-inl.h (ResolveKey, DqVecOk, TN), before the
+// kernel that uses it; no include guard (each target has its own copy).
+
+constexpr int64_t kDecMaxD = 1024;
+constexpr int64_t kDecMaxKeys = 72;  // TN rounded up to a multiple of every key block (3, 6, 12)
+constexpr int64_t kDecAhead = 8;     // tokens of prefetch distance (all heads' rows of each)
+
+// How the kernel reads one of K / V: bf16 rows (split into even / odd channels in registers),
+// or int8 / int4 rows with an antiquant whose scale / offset is one value per row (per tensor,
+// head, token or token-head) or one vector over the channels of a head (per channel).
+enum class DecKind : uint8_t { kBf16, kI8, kI4 };
+
+inline bool DecOperandKind(const KvOperand& kv, DecKind* kind) {
+  const auto bf16 = [](const Operand& o) {
+    return o.elem == Elem::kBF16 && o.sd == 1 && o.d_split == 0;
+  };
+  if (kv.dequant.kind == Dequant::Kind::kNone) {
+    if (!bf16(kv.cache)) return false;
+    if (kv.prefix.present() && (kv.prefix_dequant.kind != Dequant::Kind::kNone || !bf16(kv.prefix)))
+      return false;
+    *kind = DecKind::kBf16;
+    return true;
+  }
+  // The vector antiquant of attend-inl.h (DqVecOk: int8 / int4, unit channel stride, no
+  // per-tile groups), no shared prefix, per-channel parameters that depend on the head only,
+  // byte-aligned int4 rows.
+  const Operand& o = kv.cache;
+  const Dequant& dq = kv.dequant;
+  if (kv.prefix.present() || dq.kind == Dequant::Kind::kPerTile || !DqVecOk(o, &dq)) return false;
+  if (dq.sd != 0 && (dq.sb != 0 || dq.ss != 0)) return false;
+  if (o.elem == Elem::kI4 && ((o.sb | o.sh | o.ss) & 1) != 0) return false;
+  *kind = o.elem == Elem::kI8 ? DecKind::kI8 : DecKind::kI4;
+  return true;
+}
+
+inline bool DecodeCan(const Problem& p, const WorkItem& w, DecKind* kk = nullptr,
+                      DecKind* vk = nullptr) {
+  if (p.d_rope > 0 || p.full_quant || !p.key_offset.empty() || p.k2.cache.present() ||
+      p.pse != nullptr || p.mask != nullptr)
+    return false;
+  const int64_t R = w.head_rows();
+  if ((R != 1 && R != 2 && R != 4 && R != 8) || w.j0 >= w.j1) return false;
+  if (w.n_hk * R > kItemRows) return false;  // packed queries fit sc.q, scores fit the scratch
+  if (p.d_qk % 16 != 0 || p.d_v % 16 != 0 || p.d_qk > kDecMaxD || p.d_v > kDecMaxD) return false;
+  DecKind k, v;
+  if (!DecOperandKind(p.k, &k) || !DecOperandKind(p.v, &v)) return false;
+  if (kk != nullptr) *kk = k;
+  if (vk != nullptr) *vk = v;
+  const ItemOrigins o = OriginsOf(p, w.b);
+  return (w.i1 - 1) - o.pre <= w.j0 && w.j1 - 1 <= w.i0 + o.next;
+}
+
+// Where the keys of one tile live: KV head w.hk's K / V row of key n (bytes), the bytes from one
+// KV head to the next, and the antiquant coordinates (Dequant) of each row. Keys past nk (up to a
+// whole key block) point at a zero row.
+struct DecTile {
+  const char* k[kDecMaxKeys];
+  const char* v[kDecMaxKeys];
+  int64_t kstep[kDecMaxKeys], vstep[kDecMaxKeys];
+  int64_t kc[2 * kDecMaxKeys], vc[2 * kDecMaxKeys];
+  int64_t nk = 0;
+};
+
+alignas(64) inline const uint16_t kDecZeroRow[kDecMaxD] = {};
+
+// Bytes of `elems` elements of e (int4: two a byte; offsets of int4 operands are even).
+inline int64_t DecBytes(Elem e, int64_t elems) {
+  return e == Elem::kBF16 ? 2 * elems : e == Elem::kI8 ? elems : elems / 2;
+}
+
+inline void DecResolve(const Problem& p, const WorkItem& w, int64_t t0, DecTile* t) {
+  const int64_t jt0 = std::max(t0, w.j0);
+  t->nk = std::min(t0 + TN, w.j1) - jt0;
+  for (int64_t n = 0; n < t->nk; ++n) {
+    const void* base;
+    int64_t off;
+    uint8_t pre;
+    ResolveKey(p, p.k, w.b, w.hk, jt0 + n, &base, &off, &pre, t->kc + 2 * n);
+    const Operand& ko = pre ? p.k.prefix : p.k.cache;
+    t->k[n] = static_cast<const char*>(base) + DecBytes(ko.elem, off);
+    t->kstep[n] = DecBytes(ko.elem, pre ? ko.sh : ko.Sh(w.b));
+    ResolveKey(p, p.v, w.b, w.hk, jt0 + n, &base, &off, &pre, t->vc + 2 * n);
+    const Operand& vo = pre ? p.v.prefix : p.v.cache;
+    t->v[n] = static_cast<const char*>(base) + DecBytes(vo.elem, off);
+    t->vstep[n] = DecBytes(vo.elem, pre ? vo.sh : vo.Sh(w.b));
+  }
+  for (int64_t n = t->nk; n < kDecMaxKeys; ++n) {
+    t->k[n] = t->v[n] = reinterpret_cast<const char*>(kDecZeroRow);
+    t->kstep[n] = t->vstep[n] = 0;
+    t->kc[2 * n] = t->kc[2 * n + 1] = t->vc[2 * n] = t->vc[2 * n + 1] = 0;
+  }
+}
+
+
+// A prefetch stream over the rows of a tile in token order (every head's row of a token, then
+// the next token), issued a few lines at a time between the kernel's work (a burst of a whole
+// token or chunk would hold every fill buffer and have the rest of it dropped).
+struct DecPrefetcher {
+  const DecTile* t = nullptr;
+  bool v = false;
+  int64_t n = 0, x = 0;               // the run being issued: token n, head x (runs of whole
+  const char* cur = nullptr;          // tokens when their heads' rows are contiguous)
+  const char* end = nullptr;
+  int64_t n_hk = 1, bytes = 0;
+  bool to_l2 = false;                 // prefetch into L2 (T1), not L1 only (NTA)
+
+  void Start(const DecTile* tile, bool values, int64_t heads, int64_t row_bytes, int64_t n0) {
+    t = tile;
+    v = values;
+    n = n0;
+    x = 0;
+    n_hk = heads;
+    bytes = row_bytes;
+    cur = end = nullptr;
+    Run();
+  }
+  // Sets [cur, end) to the run of token n from head x on.
+  void Run() {
+    if (n >= t->nk) return;
+    const char* row = v ? t->v[n] : t->k[n];
+    const int64_t step = v ? t->vstep[n] : t->kstep[n];
+    cur = row + x * step;
+    const bool whole = step == bytes;  // the token's rows of every head are one run
+    end = cur + (whole ? (n_hk - x) * bytes : bytes);
+    if (whole) x = n_hk - 1;
+  }
+  // Prefetches up to `lines` lines, not past token `n_end`.
+  void Issue(int64_t lines, int64_t n_end) {
+    if (t == nullptr) return;
+    n_end = std::min(n_end, t->nk);
+    while (lines > 0 && n < n_end) {
+      // Non-temporal: into L1 without displacing L2 (every line is read within a few
+      // microseconds, then never again): 2 threads 1.1x over T0, T1 between (D1's shape).
+      // to_l2: T1 instead (the AVX512-BF16 kernel, which consumes lines ~2x faster: from
+      // DRAM 1.3-1.6x faster than NTA there, single thread).
+      if (to_l2)
+        for (; lines > 0 && cur < end; --lines, cur += 64) _mm_prefetch(cur, _MM_HINT_T1);
+      else
+        for (; lines > 0 && cur < end; --lines, cur += 64) _mm_prefetch(cur, _MM_HINT_NTA);
+      if (cur >= end) {
+        if (++x == n_hk) {
+          x = 0;
+          ++n;
+        }
+        Run();
+      }
+    }
+  }
+  bool Done() const { return t == nullptr || n >= t->nk; }
+};
