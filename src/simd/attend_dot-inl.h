@@ -86,31 +86,30 @@ inline void QueryPairs(const float* q, int64_t rows, int64_t ldq, int64_t D, uin
   }
 }
 
+// dst[j * lds + c] = (src[2j][c], src[2j+1][c]) for j < ceil(nrows / 2), c < ncol (a multiple of
+// 16): rows of src (stride ls) paired two by two, a zero row past nrows.
+inline void PairRows(const float* src, int64_t ls, int64_t nrows, int64_t ncol, uint32_t* dst,
+                     int64_t lds) {
+  for (int64_t j = 0; 2 * j < nrows; ++j) {
+    const float* a = src + 2 * j * ls;
+    const float* b = a + ls;
+    const bool hb = 2 * j + 1 < nrows;
+    for (int64_t c = 0; c < ncol; c += 16)
+      _mm512_storeu_si512(dst + j * lds + c,
+                          PairWords(_mm512_loadu_ps(a + c),
+                                    hb ? _mm512_loadu_ps(b + c) : _mm512_setzero_ps()));
+  }
+}
+
 // kp[k * TN + n] for k < ceil(D / 2), n < npad, from kt[d * TN + n] (d < D; zeros past D).
 inline void KeyPairs(const float* kt, int64_t D, int64_t npad, uint32_t* kp) {
-  for (int64_t k = 0; 2 * k < D; ++k) {
-    const float* a = kt + 2 * k * TN;
-    const float* b = a + TN;
-    const bool hb = 2 * k + 1 < D;
-    for (int64_t n = 0; n < npad; n += 16)
-      _mm512_storeu_si512(kp + k * TN + n,
-                          PairWords(_mm512_loadu_ps(a + n),
-                                    hb ? _mm512_loadu_ps(b + n) : _mm512_setzero_ps()));
-  }
+  PairRows(kt, TN, D, npad, kp, TN);
 }
 
 // vp[j * vps + d] for j < ceil(nk / 2), d < ldv, from v[n * vs + d] (n < nk; zeros past nk).
 inline void ValuePairs(const float* v, int64_t vs, int64_t nk, int64_t ldv, uint32_t* vp,
                        int64_t vps) {
-  for (int64_t j = 0; 2 * j < nk; ++j) {
-    const float* a = v + 2 * j * vs;
-    const float* b = a + vs;
-    const bool hb = 2 * j + 1 < nk;
-    for (int64_t d = 0; d < ldv; d += 16)
-      _mm512_storeu_si512(vp + j * vps + d,
-                          PairWords(_mm512_loadu_ps(a + d),
-                                    hb ? _mm512_loadu_ps(b + d) : _mm512_setzero_ps()));
-  }
+  PairRows(v, vs, nk, ldv, vp, vps);
 }
 
 // c[r * ldc + 16 j + i] (+)= sum_{k < K2} pair a[r * lda + k] . pair b[k * ldb + 16 j + i], for R

@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "engine/plan.h"
 #include "engine_case.h"
+#include "engine_check.h"
 #include "openfia/runtime.h"
 #include "reference/reference.h"
 #include "simd/simd.h"
@@ -19,113 +20,7 @@
 namespace openfia::internal::testing {
 namespace {
 
-// The helpers of test_engine.cc (Eps, Compare, RunCase), trimmed to what these cases need.
-double Eps(Elem e) {
-  switch (e) {
-    case Elem::kF16: return std::ldexp(1.0, -10);
-    case Elem::kBF16: return std::ldexp(1.0, -7);
-    default: return std::ldexp(1.0, -23);
-  }
-}
-
-struct SettingsGuard {
-  ~SettingsGuard() {
-    SetSimdCap("");
-    SetNumThreads(2);
-  }
-};
-
-std::vector<std::string> Targets() {
-  std::vector<std::string> t;
-  for (const char* name : {"scalar", "avx2", "avx512", "avx512bf16", "amx"})
-    if (KernelsFor(name)) t.push_back(name);
-  return t;
-}
-
-void Compare(Case& c, const std::vector<uint8_t>& ref_out, const std::vector<float>& ref_lse,
-             const std::string& what) {
-  const Problem& p = c.problem();
-  const CaseSpec& s = c.spec();
-  const double u32 = std::ldexp(1.0, -24);
-  const int64_t D = p.d_qk + p.d_rope;
-  int64_t kvmax = 0;
-  for (int64_t b = 0; b < p.batch; ++b) kvmax = std::max(kvmax, p.kv_total(b));
-  const double ds = D * u32 * D * s.amp * s.amp * s.scale;
-  const double vmax = c.max_abs_v();
-  const double eps_p = p.q.elem == Elem::kF32 ? u32 : Eps(p.q.elem);
-  const double atol_x = vmax * (eps_p + 2.5 * ds + 2 * (kvmax + 16) * u32);
-  const double lse_tol = ds + 2 * (kvmax + 16) * u32;
-  const Elem oe = p.out_elem;
-  int bad = 0;
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t h = 0; h < p.h_q; ++h) {
-      for (int64_t row = 0; row < p.s_q; ++row) {
-        for (int64_t d = 0; d < p.d_v; ++d) {
-          const int64_t o = b * p.out_sb + h * p.out_sh + row * p.out_ss + d * p.out_sd;
-          const double got = cvt::Load(c.out(), oe, o), want = cvt::Load(ref_out.data(), oe, o);
-          bool ok;
-          if (std::isnan(want) || std::isnan(got)) ok = std::isnan(want) && std::isnan(got);
-          else if (std::isinf(want) || std::isinf(got)) ok = got == want;
-          else ok = std::fabs(got - want) <= atol_x + Eps(oe) * std::fabs(want);
-          if (!ok && bad++ < 5)
-            ADD_FAILURE() << what << ": out(b=" << b << ", h=" << h << ", row=" << row
-                          << ", d=" << d << ") = " << got << ", want " << want;
-        }
-        if (p.lse) {
-          const int64_t li = b * p.lse_sb + h * p.lse_sh + row * p.lse_ss;
-          const double got = c.lse()[li], want = ref_lse[li];
-          bool ok;
-          if (std::isnan(want) || std::isinf(want)) ok = std::isnan(want) ? std::isnan(got) : got == want;
-          else ok = std::fabs(got - want) <= lse_tol + 2 * u32 * std::fabs(want);
-          if (!ok && bad++ < 5)
-            ADD_FAILURE() << what << ": lse(b=" << b << ", h=" << h << ", row=" << row
-                          << ") = " << got << ", want " << want;
-        }
-      }
-    }
-  }
-  EXPECT_EQ(bad, 0) << what;
-}
-
-// Every target against the fp64 reference; 1, 2, 3 threads bitwise.
-void RunCase(const CaseSpec& spec, const std::function<void(Case&)>& mutate = {}) {
-  SettingsGuard guard;
-  Case c(spec);
-  if (mutate) mutate(c);
-  std::string why;
-  ASSERT_TRUE(EngineSupports(c.problem(), &why)) << why;
-  c.ResetOutputs();
-  RunReference(c.problem());
-  const std::vector<uint8_t> ref_out(c.out(), c.out() + c.out_bytes());
-  const std::vector<float> ref_lse = c.lse();
-  for (const std::string& target : Targets()) {
-    SetSimdCap(target);
-    ASSERT_EQ(SimdTarget(), target);
-    std::vector<uint8_t> first_out;
-    std::vector<float> first_lse;
-    for (int threads : {1, 2, 3}) {
-      SetNumThreads(threads);
-      c.ResetOutputs();
-      RunEngine(c.problem());
-      const std::string what = target + " x" + std::to_string(threads);
-      if (threads == 1) {
-        Compare(c, ref_out, ref_lse, what + " vs reference");
-        first_out.assign(c.out(), c.out() + c.out_bytes());
-        first_lse = c.lse();
-      } else {
-        EXPECT_EQ(0, std::memcmp(first_out.data(), c.out(), c.out_bytes())) << what;
-        EXPECT_EQ(0, std::memcmp(first_lse.data(), c.lse().data(), first_lse.size() * 4))
-            << what;
-      }
-    }
-  }
-}
-
-int64_t Bf16DecodeItems(const Problem& p) {
-  int64_t n = 0;
-  for (const WorkItem& w : MakePlan(p).items) n += Avx512Bf16DecodeRunsItem(p, w) ? 1 : 0;
-  return n;
-}
+int64_t Bf16DecodeItems(const Problem& p) { return CountItems(p, Avx512Bf16DecodeRunsItem); }
 
 // 1, 2, 4 and 8 rows per KV head (GQA groups, G = 2 with 2 query rows), paged caches with odd
 // blocks (NaN in unused page tails), contiguous caches with a bf16 shared prefix, splits (1500+
@@ -168,7 +63,7 @@ TEST(DecodeBf16, Shapes) {
     s.seed = ++seed;
     Case c(s);
     if (bf16) EXPECT_EQ(Bf16DecodeItems(c.problem()) > 0, g.expect) << "case " << seed;
-    RunCase(s);
+    RunCase(s, {}, false);
   }
 }
 
@@ -201,7 +96,7 @@ TEST(DecodeBf16, NonFiniteValues) {
         const int64_t o = kv.cache.Offset(blk, 3, j % p.block_size, 7);
         data[o] = bits;
       }
-    });
+    }, false);
   }
 }
 
