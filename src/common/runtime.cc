@@ -17,6 +17,7 @@ std::atomic<int> g_impl{static_cast<int>(Impl::kAuto)};
 std::atomic<int> g_threads{0};
 std::mutex g_simd_mu;
 std::string g_simd_cap;  // empty: best available
+std::atomic<bool> g_cap_bf16{false};  // g_simd_cap == "avx512bf16" (read per work item)
 
 void ReadEnv() {
   if (const char* v = std::getenv("OPENFIA_IMPL")) {
@@ -29,6 +30,7 @@ void ReadEnv() {
     if (n > 0) g_threads = n;
   }
   if (const char* v = std::getenv("OPENFIA_SIMD")) g_simd_cap = v;
+  g_cap_bf16 = g_simd_cap == "avx512bf16";
 }
 
 }  // namespace
@@ -64,11 +66,17 @@ void SetSimdCap(const std::string& target) {
   std::call_once(g_env_once, ReadEnv);
   std::lock_guard<std::mutex> lk(g_simd_mu);
   g_simd_cap = target;
+  g_cap_bf16 = target == "avx512bf16";
 }
 std::string SimdCap() {
   std::call_once(g_env_once, ReadEnv);
   std::lock_guard<std::mutex> lk(g_simd_mu);
   return g_simd_cap;
+}
+
+bool SimdCapIsAvx512Bf16() {
+  std::call_once(g_env_once, ReadEnv);
+  return g_cap_bf16.load(std::memory_order_relaxed);
 }
 
 std::string Version() { return OPENFIA_VERSION; }

@@ -4,4 +4,8 @@
 namespace openfia {
 // The SIMD cap requested through SetSimdCap / OPENFIA_SIMD ("" = best available).
 std::string SimdCap();
+// Whether the cap names the avx512bf16 target itself (SetSimdCap("avx512bf16") or
+// OPENFIA_SIMD=avx512bf16): its VDPBF16PS dot tiles then run on every CPU that has the
+// instruction, not only where it is the faster product (simd.h Bf16DotTiles).
+bool SimdCapIsAvx512Bf16();
 }  // namespace openfia

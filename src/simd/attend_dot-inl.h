@@ -25,7 +25,7 @@
 //   - K / V subnormals (< 2^-126) and fp32 partial sums below 2^-126 contribute 0 instead of
 //     < 2^-126 x |other operand|.
 
-// Whether item rows can take dot tiles: a bf16 query, every packed K / V / rope value a bf16
+// Whether item rows can take dot tiles: the CPU prefers them (Bf16DotTiles), a bf16 query, every packed K / V / rope value a bf16
 // value (bf16 storage, or antiquant, which rounds to the query dtype), and query rows (fp32 in
 // q, rows x D at stride ldq) free of subnormal and non-finite values.
 inline bool DotOperandOk(const Operand& o, const Dequant& dq) {
@@ -35,6 +35,7 @@ inline bool DotKvOk(const KvOperand& kv) {
   return DotOperandOk(kv.cache, kv.dequant) && DotOperandOk(kv.prefix, kv.prefix_dequant);
 }
 inline bool DotItemOperandsOk(const Problem& p) {
+  if (!Bf16DotTiles()) return false;  // the CPU's FMA is the faster product (simd.h)
   if (p.q.elem != Elem::kBF16 || (p.d_rope > 0 && p.q_rope.elem != Elem::kBF16)) return false;
   if (!DotKvOk(p.k) || !DotKvOk(p.v)) return false;
   if (p.d_rope > 0 && !DotKvOk(p.k_rope)) return false;

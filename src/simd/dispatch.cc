@@ -72,6 +72,15 @@ const KernelTable& ActiveKernels() {
   return *ScalarKernels();
 }
 
+bool Bf16DotTiles() {
+#if defined(__x86_64__) || defined(_M_X64)
+  static const bool amd = __builtin_cpu_is("amd");
+  return amd || SimdCapIsAvx512Bf16();
+#else
+  return false;
+#endif
+}
+
 const KernelTable* KernelsFor(const std::string& target) {
   for (int t = 0; t < kNumTargets; ++t) {
     if (target == kOrder[t]) return CpuHas(t) ? Table(t) : nullptr;

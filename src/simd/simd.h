@@ -120,6 +120,14 @@ const KernelTable* Avx512Bf16Kernels();
 // compiled or the CPU lacks it). The loop still keeps fp32 for a query with a subnormal or
 // non-finite value and for tiles whose V holds Inf / NaN. For tests that must prove dot tiles ran.
 bool Avx512Bf16DotRunsItem(const Problem& p, const WorkItem& w);
+// Whether the AVX512-BF16 table's generic loop uses dot tiles at all: where VDPBF16PS is the
+// faster product. Measured with ../shared/tools/machine_limits (GFLOP/s per core, bf16 dot /
+// fp32 FMA): AMD Zen 4 229-232 / 113-116 (dot tiles: causal 512 x 4096 prefill 1.7x faster);
+// Intel family 6 model 207 (no AMX exposed) 77-86 / 166-175 (dot tiles 1.5x slower: 61 against
+// 90 GFLOP/s). So: AMD CPUs yes, Intel CPUs no (their bf16 decode kernel still runs: 2x the
+// AVX2 kernel there), and yes whenever the cap names avx512bf16 itself (tests, measurements).
+// A property of the CPU and the cap only, so results stay the same run to run.
+bool Bf16DotTiles();
 // Whether the AVX512-BF16 table runs item `w` of `p` on its bf16 decode kernel
 // (decode_avx512bf16-inl.h; false when the target is not compiled or the CPU lacks it). The
 // kernel still declines an item whose query holds a subnormal or non-finite value. For tests

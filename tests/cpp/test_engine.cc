@@ -702,8 +702,11 @@ TEST(Engine, Bf16DotTiles) {
     };
     Case c(s);
     quantize(c);
-    if (KernelsFor("avx512bf16"))
+    if (KernelsFor("avx512bf16")) {  // the cap naming the target turns its dot tiles on
+      SettingsGuard guard;
+      SetSimdCap("avx512bf16");
       EXPECT_GT(CountItems(c.problem(), Avx512Bf16DotRunsItem), 0) << "case " << seed;
+    }
     RunCase(s, quantize, !g.quant);
   }
 }
