@@ -1,4 +1,5 @@
-// openfia internal: the AVX512-BF16 decode kernel (few query rows per KV head, bf16 K and V).
+// openfia internal: the AVX512-BF16 decode kernel (few query rows per KV head, bf16 / int8 /
+// int4 K and V).
 //
 // Included by kernels_avx512bf16.cc inside namespace openfia::internal::avx512bf16_target, after
 // attend-inl.h and decode_tile-inl.h (DecodeCan, DecTile, DecPrefetcher). The table's attend
@@ -32,21 +33,38 @@
 // stream (DecPrefetcher), but kBdAhead = 32 tokens ahead and into L2 (T1): at this kernel's rate
 // the AVX2 kernel's NTA stream 8 tokens ahead left it waiting on DRAM (7.8 GB/s, T1: 10-13).
 //
-// Items it runs: those of the AVX2 decode kernel (DecodeCan) with a bf16 query and bf16 K and V
-// (a bf16 shared prefix allowed), query rows free of subnormal and non-finite values.
+// int8 / int4 K or V (the vector antiquants of DecOperandKind): each score block's keys and each
+// P V chunk's values are dequantized into a few bf16 rows in L1 (BdStageRows: (x + offset) *
+// scale in fp32 as the reference computes it, rounded to bf16 by VCVTNE2PS2BF16), which the
+// same blocks then read; the chunk's Inf / NaN scan runs on the dequantized rows. D2's shape
+// (int8, per-token scale + offset) one thread 14.7 -> 9.6 ms on the Intel VM of session 12
+// (the AVX2 kernel had run it), where VDPBF16PS, at half the FMA's rate, bounds it.
+//
+// Items it runs: those of the AVX2 decode kernel (DecodeCan) with a bf16 query (K and V bf16,
+// with a bf16 shared prefix allowed, or int8 / int4), query rows free of subnormal and
+// non-finite values.
 
 constexpr int64_t kBdChunk = 16;  // keys per P V chunk and head (its value rows stay in L1)
 constexpr int64_t kBdAhead = 32;  // tokens of prefetch distance (a score block is up to 16)
 
-inline bool Bf16DecodeCan(const Problem& p, const WorkItem& w) {
-  DecKind kk, vk;
-  return p.q.elem == Elem::kBF16 && DecodeCan(p, w, &kk, &vk) && kk == DecKind::kBf16 &&
-         vk == DecKind::kBf16;
+inline bool Bf16DecodeCan(const Problem& p, const WorkItem& w, DecKind* kk = nullptr,
+                          DecKind* vk = nullptr) {
+  return p.q.elem == Elem::kBF16 && DecodeCan(p, w, kk, vk);
 }
 
-// Scratch (from sc.kt on) of an item: fp32 scores / P [n_hk][R][TN], bf16 P [n_hk][R][TN].
-// Sizes in floats.
-inline int64_t BdScratchFloats(const WorkItem& w) { return w.rows() * (TN + TN / 2); }
+// bf16 words of a staged row of d channels (a multiple of 32: whole zmm loads).
+inline int64_t BdStageWords(int64_t d) { return (d + 31) / 32 * 32; }
+
+// Scratch (from sc.kt on) of an item: fp32 scores / P [n_hk][R][TN], bf16 P [n_hk][R][TN]; for
+// an int8 / int4 K its per-channel antiquant vectors [n_hk][2][d_qk] and one score block's keys
+// dequantized to bf16 [16][BdStageWords(d_qk)]; for an int8 / int4 V the same with one P V
+// chunk's values [kBdChunk][BdStageWords(d_v)]. Sizes in floats.
+inline int64_t BdScratchFloats(const Problem& p, const WorkItem& w, DecKind kk, DecKind vk) {
+  int64_t n = w.rows() * (TN + TN / 2);
+  if (kk != DecKind::kBf16) n += 2 * w.n_hk * p.d_qk + 16 * BdStageWords(p.d_qk) / 2;
+  if (vk != DecKind::kBf16) n += 2 * w.n_hk * p.d_v + kBdChunk * BdStageWords(p.d_v) / 2;
+  return n;
+}
 
 __attribute__((always_inline)) inline __m512bh BdBh(__m512i x) {
   return reinterpret_cast<__m512bh>(x);
@@ -78,18 +96,15 @@ __attribute__((always_inline)) inline __m512 BdSum16(const __m512* x) {
 }
 
 // st[r * TN + n0 + k] = q_r . K[n0 + k] for r < R, k < 16 / R: bf16 q rows at stride ldq
-// (zero past D), key rows krow[n] + x * step[n] (head x).
+// (zero past D), bf16 key rows kr[k] (the cache's, or staged by BdDequantRow).
 template <int R>
 __attribute__((always_inline)) inline void BdScoreBlock(const uint16_t* q, int64_t ldq,
-                                                        int64_t D, const DecTile& t, int64_t x,
+                                                        int64_t D, const char* const* kr,
                                                         int64_t n0, float* st) {
   constexpr int KB = 16 / R;
   __m512 acc[16];  // acc[r * KB + k]: the lane order of the stored vector
   OPENFIA_UNROLL
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-  const char* kr[KB];
-  OPENFIA_UNROLL
-  for (int k = 0; k < KB; ++k) kr[k] = t.k[n0 + k] + x * t.kstep[n0 + k];
   for (int64_t d = 0; d < D; d += 32) {
     OPENFIA_UNROLL
     for (int k = 0; k < KB; ++k) {
@@ -254,6 +269,63 @@ inline void BdPvExact(const float* st, int64_t R, const char* const* vr, int64_t
   }
 }
 
+// (x + offset) * scale of the 16 channels [d, d + 16) of an int8 / int4 row: the fp32
+// operations of attend-inl.h's DqAt in its order, so the values are the reference's before the
+// rounding to the query dtype (bf16).
+template <DecKind K, bool CHAN>
+__attribute__((always_inline)) inline __m512 BdDq16(const char* row, int64_t d, const float* cs,
+                                                    const float* co, __m512 s, __m512 o,
+                                                    bool off) {
+  __m512 x = K == DecKind::kI8 ? V::LoadI8(reinterpret_cast<const int8_t*>(row) + d)
+                               : V::LoadI4(reinterpret_cast<const uint8_t*>(row) + d / 2);
+  if (off) x = _mm512_add_ps(x, CHAN ? _mm512_loadu_ps(co + d) : o);
+  return _mm512_mul_ps(x, CHAN ? _mm512_loadu_ps(cs + d) : s);
+}
+
+// One int8 / int4 row of D channels dequantized to bf16 words dst[0, BdStageWords(D)) (+0 past
+// D). VCVTNE2PS2BF16 rounds to nearest even as cvt::F32ToBF16 does, keeps NaN a NaN and an
+// infinity infinite, and flushes a subnormal result to 0 (VDPBF16PS reads one as 0 anyway).
+// CHAN: per-channel scale / offset vectors cs / co (D floats each); else the row's s / o.
+template <DecKind K, bool CHAN>
+inline void BdDequantRow(const char* row, int64_t D, const float* cs, const float* co, float s,
+                         float o, bool off, uint16_t* dst) {
+  const __m512 vs = _mm512_set1_ps(s), vo = _mm512_set1_ps(o);
+  for (int64_t d = 0; d < D; d += 32) {
+    const __m512 x0 = BdDq16<K, CHAN>(row, d, cs, co, vs, vo, off);
+    const __m512 x1 = d + 32 <= D ? BdDq16<K, CHAN>(row, d + 16, cs, co, vs, vo, off)
+                                  : _mm512_setzero_ps();
+    _mm512_storeu_si512(dst + d, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0)));
+  }
+}
+
+// Rows n of [n0, n1) of head x (KV head hk + x) of an int8 / int4 operand dequantized into
+// dst + (n - n0) ldd words, their pointers in rows[n]; keys past the tile's nk read the zero row.
+inline void BdStageRows(DecKind kind, const DecDq& dq, const char* const* src,
+                        const int64_t* step, const int64_t* coord, int64_t nk, int64_t hk,
+                        int64_t x, int64_t n0, int64_t n1, int64_t D, uint16_t* dst,
+                        int64_t ldd, const char** rows) {
+  const float* cs = dq.per_chan ? dq.chan + 2 * x * D : nullptr;
+  const float* co = dq.per_chan ? cs + D : nullptr;
+  for (int64_t n = n0; n < n1; ++n) {
+    if (n >= nk) {
+      rows[n] = reinterpret_cast<const char*>(kDecZeroRow);
+      continue;
+    }
+    const char* row = src[n] + x * step[n];
+    uint16_t* out = dst + (n - n0) * ldd;
+    float s = 0.f, o = 0.f;
+    if (!dq.per_chan) dq.Row(coord + 2 * n, hk + x, &s, &o);
+    if (kind == DecKind::kI8) {
+      if (dq.per_chan) BdDequantRow<DecKind::kI8, true>(row, D, cs, co, s, o, dq.has_off, out);
+      else BdDequantRow<DecKind::kI8, false>(row, D, cs, co, s, o, dq.has_off, out);
+    } else {
+      if (dq.per_chan) BdDequantRow<DecKind::kI4, true>(row, D, cs, co, s, o, dq.has_off, out);
+      else BdDequantRow<DecKind::kI4, false>(row, D, cs, co, s, o, dq.has_off, out);
+    }
+    rows[n] = reinterpret_cast<const char*>(out);
+  }
+}
+
 // The item's query rows as bf16 into qb [n_hk][R][ldq] (zero past D); false when one holds a
 // subnormal or non-finite value (see the top of the file).
 inline bool BdPackQuery(const Problem& p, const WorkItem& w, int64_t ldq, uint16_t* qb) {
@@ -282,7 +354,7 @@ inline bool BdPackQuery(const Problem& p, const WorkItem& w, int64_t ldq, uint16
 
 template <int R>
 void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out,
-           const uint16_t* qb, int64_t ldq) {
+           const uint16_t* qb, int64_t ldq, DecKind kk, DecKind vk) {
   constexpr int KB = 16 / R;  // keys per score block
   const int64_t nh = w.n_hk, D = p.d_qk, Dv = p.d_v, ldv = sc.dv_pad;
   const float scale = static_cast<float>(p.scale);
@@ -290,10 +362,24 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
   float* st = sc.kt;                                              // [nh][R][TN] scores, then P
   uint16_t* ph = reinterpret_cast<uint16_t*>(st + nh * R * TN);  // [nh][R][TN] bf16 P
   const uint32_t* pw = reinterpret_cast<const uint32_t*>(ph);
+  // int8 / int4 operands: antiquant vectors, then rows dequantized to bf16 (BdScratchFloats).
+  float* next = st + nh * R * (TN + TN / 2);
+  DecDq kdq, vdq;
+  uint16_t *kst = nullptr, *vst = nullptr;
+  const int64_t ldvs = BdStageWords(Dv);
+  if (kk != DecKind::kBf16) {
+    kdq.Init(p.k.dequant, D, w.hk, nh, next);
+    kst = reinterpret_cast<uint16_t*>(next + 2 * nh * D);
+    next += 2 * nh * D + 16 * ldq / 2;
+  }
+  if (vk != DecKind::kBf16) {
+    vdq.Init(p.v.dequant, Dv, w.hk, nh, next);
+    vst = reinterpret_cast<uint16_t*>(next + 2 * nh * Dv);
+  }
 
   // Per tile, token-major (as in the AVX2 kernel): the score blocks of all heads for each KB
   // keys, the softmax of each head, then P V in chunks of kBdChunk keys for all heads.
-  const int64_t kbytes = 2 * D, vbytes = 2 * Dv;
+  const int64_t kbytes = DecBytes(p.k.cache.elem, D), vbytes = DecBytes(p.v.cache.elem, Dv);
   DecTile tiles[2];
   const int64_t tile0 = w.j0 / TN * TN;
   DecResolve(p, w, tile0, &tiles[0]);
@@ -314,7 +400,13 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
       for (int64_t x = 0; x < nh; ++x) {
         if (pf.Done() && !pf.v) pf.Start(&t, true, nh, vbytes, 0);
         pf.Issue(kper, pf.v ? kBdAhead : n0 + KB + kBdAhead);
-        BdScoreBlock<R>(qb + x * R * ldq, ldq, D, t, x, n0, st + x * R * TN);
+        const char* kr[kDecMaxKeys];
+        if (kk == DecKind::kBf16) {
+          for (int64_t n = n0; n < n0 + KB; ++n) kr[n] = t.k[n] + x * t.kstep[n];
+        } else {
+          BdStageRows(kk, kdq, t.k, t.kstep, t.kc, nk, w.hk, x, n0, n0 + KB, D, kst, ldq, kr);
+        }
+        BdScoreBlock<R>(qb + x * R * ldq, ldq, D, kr + n0, n0, st + x * R * TN);
       }
     }
     for (int64_t x = 0; x < nh; ++x)
@@ -330,7 +422,11 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
         pf.Issue(vper, pf.v ? n1 + kBdAhead : kBdAhead);
         float* acc = out.acc + x * R * out.acc_stride;
         const char* vr[kDecMaxKeys];
-        for (int64_t n = n0; n < n2; ++n) vr[n] = t.v[n] + x * t.vstep[n];
+        if (vk == DecKind::kBf16) {
+          for (int64_t n = n0; n < n2; ++n) vr[n] = t.v[n] + x * t.vstep[n];
+        } else {
+          BdStageRows(vk, vdq, t.v, t.vstep, t.vc, nk, w.hk, x, n0, n2, Dv, vst, ldvs, vr);
+        }
         if (BdRowsFinite(vr, n0, n1, Dv))
           BdPv<R>(pw + x * R * TN / 2, vr, n0, n2, Dv, acc, out.acc_stride);
         else
@@ -346,15 +442,17 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
 
 inline bool Bf16DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc,
                           const RowStates& out) {
-  if (!Bf16DecodeCan(p, w) || sc.tmp - sc.kt < BdScratchFloats(w)) return false;
+  DecKind kk, vk;
+  if (!Bf16DecodeCan(p, w, &kk, &vk) || sc.tmp - sc.kt < BdScratchFloats(p, w, kk, vk))
+    return false;
   const int64_t ldq = (p.d_qk + 31) / 32 * 32;
   uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
   if (!BdPackQuery(p, w, ldq, qb)) return false;
   switch (w.head_rows()) {
-    case 1: BdRun<1>(p, w, sc, out, qb, ldq); break;
-    case 2: BdRun<2>(p, w, sc, out, qb, ldq); break;
-    case 4: BdRun<4>(p, w, sc, out, qb, ldq); break;
-    default: BdRun<8>(p, w, sc, out, qb, ldq); break;
+    case 1: BdRun<1>(p, w, sc, out, qb, ldq, kk, vk); break;
+    case 2: BdRun<2>(p, w, sc, out, qb, ldq, kk, vk); break;
+    case 4: BdRun<4>(p, w, sc, out, qb, ldq, kk, vk); break;
+    default: BdRun<8>(p, w, sc, out, qb, ldq, kk, vk); break;
   }
   return true;
 }

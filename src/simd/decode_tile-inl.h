@@ -53,6 +53,39 @@ inline bool DecodeCan(const Problem& p, const WorkItem& w, DecKind* kk = nullptr
   return (w.i1 - 1) - o.pre <= w.j0 && w.j1 - 1 <= w.i0 + o.next;
 }
 
+// The antiquant of one int8 / int4 operand as the decode kernels apply it: per-row parameters
+// looked up per key (Row), per-channel ones as fp32 vectors per head (chan, filled once per item).
+struct DecDq {
+  const Dequant* dq = nullptr;
+  bool has_off = false, per_chan = false;
+  bool chan_finite = true;  // per-channel: every scale and offset finite (DecDequant's FIN)
+  const float* chan = nullptr;  // [n_hk][2][D]: scale, offset (per-channel only)
+  int64_t D = 0;
+
+  void Init(const Dequant& d, int64_t dim, int64_t hk, int64_t n_hk, float* buf) {
+    dq = &d;
+    D = dim;
+    has_off = d.offset != nullptr;
+    per_chan = d.sd != 0;
+    if (!per_chan) return;
+    for (int64_t x = 0; x < n_hk; ++x) {
+      const int64_t i = d.Index(0, hk + x, 0, 0);
+      for (int64_t c = 0; c < dim; ++c) {
+        buf[(2 * x) * dim + c] = cvt::Load(d.scale, d.scale_elem, i + c * d.sd);
+        buf[(2 * x + 1) * dim + c] = has_off ? cvt::Load(d.offset, d.offset_elem, i + c * d.sd) : 0.f;
+      }
+    }
+    chan = buf;
+    for (int64_t i = 0; i < 2 * n_hk * dim; ++i) chan_finite = chan_finite && std::isfinite(buf[i]);
+  }
+  // Scale and offset of the row at antiquant coordinates c (storage b, s) of KV head h.
+  void Row(const int64_t* c, int64_t h, float* scale, float* offset) const {
+    const int64_t i = dq->Index(c[0], h, c[1], 0);
+    *scale = cvt::Load(dq->scale, dq->scale_elem, i);
+    *offset = has_off ? cvt::Load(dq->offset, dq->offset_elem, i) : 0.f;
+  }
+};
+
 // Where the keys of one tile live: KV head w.hk's K / V row of key n (bytes), the bytes from one
 // KV head to the next, and the antiquant coordinates (Dequant) of each row. Keys past nk (up to a
 // whole key block) point at a zero row.

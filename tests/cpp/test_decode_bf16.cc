@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,82 @@ TEST(DecodeBf16, NonFiniteValues) {
         data[o] = bits;
       }
     }, false);
+  }
+}
+
+// int8 / int4 K and V dequantized to bf16 rows per score block and P V chunk (BdStageRows):
+// every antiquant granularity the kernel takes, with and without offsets, paged (odd blocks)
+// and contiguous, 1, 2, 4 and 8 rows per KV head, d % 32 == 16 (the staged rows' zero half),
+// d_v != d_qk, splits (1300 keys) and a partial first tile (45 keys). f16 queries it declines.
+TEST(DecodeBf16, Quantized) {
+  const bool bf16 = KernelsFor("avx512bf16") != nullptr;
+  using K = Dequant::Kind;
+  struct Q {
+    Elem ke, ve;
+    K kk, vk;
+    int64_t block, h_q, h_kv, d_qk, d_v;
+    Elem qe = Elem::kBF16;
+  };
+  int seed = 100;
+  for (const Q& q : {Q{Elem::kI8, Elem::kI8, K::kPerToken, K::kPerToken, 32, 16, 4, 64, 48},
+                     Q{Elem::kI4, Elem::kI8, K::kPerChannel, K::kPerToken, 0, 16, 4, 128, 64},
+                     Q{Elem::kI8, Elem::kI4, K::kPerTokenHead, K::kPerChannel, 7, 8, 4, 48, 32},
+                     Q{Elem::kI4, Elem::kI4, K::kPerTensor, K::kPerTokenHead, 16, 16, 2, 32, 80},
+                     Q{Elem::kI8, Elem::kI8, K::kPerChannel, K::kPerTensor, 48, 8, 8, 16, 16},
+                     Q{Elem::kI8, Elem::kI8, K::kPerToken, K::kPerToken, 16, 16, 4, 64, 64,
+                       Elem::kF16}}) {
+    CaseSpec s;
+    s.qe = s.oe = q.qe;
+    s.h_q = q.h_q;
+    s.h_kv = q.h_kv;
+    s.d_qk = q.d_qk;
+    s.d_v = q.d_v;
+    s.block = q.block;
+    s.batch = 2;
+    s.q_len = {1, 1};
+    s.kv_len = {1300, 45};
+    s.sinks = seed % 2 == 0;
+    s.seed = ++seed;
+    std::vector<std::vector<uint8_t>> keep;
+    const auto quantize = [&](Case& c) {
+      std::mt19937 rng(s.seed);
+      Problem& p = c.problem();
+      Quantize(p, p.k, s.d_qk, q.ke, q.kk, seed % 2 == 0, 1.f, keep, rng);
+      Quantize(p, p.v, s.d_v, q.ve, q.vk, seed % 3 != 0, 1.f, keep, rng);
+    };
+    Case c(s);
+    quantize(c);
+    if (bf16) EXPECT_EQ(Bf16DecodeItems(c.problem()) > 0, q.qe == Elem::kBF16) << "case " << seed;
+    RunCase(s, quantize, false);
+  }
+}
+
+// Non-finite antiquant parameters: the staged bf16 rows carry the reference's NaN / inf (a NaN
+// K scale makes its token's scores NaN; an infinite V scale makes the chunk take the fp32
+// products: inf, or NaN where x + offset is 0).
+TEST(DecodeBf16, NonFiniteAntiquant) {
+  const bool bf16 = KernelsFor("avx512bf16") != nullptr;
+  using K = Dequant::Kind;
+  for (int variant : {0, 1}) {
+    if (variant == 1 && KernelsFor("amx") != nullptr) continue;  // see Avx2DecodeNonFiniteAntiquant
+    CaseSpec s;
+    s.h_q = 16;
+    s.h_kv = 4;
+    s.d_qk = 64;
+    s.d_v = 32;
+    s.batch = 3;
+    s.q_len = {1, 1, 1};
+    s.kv_len = {300, 45, 200};
+    s.seed = 61 + variant;
+    const auto poison = [&](Problem& p) {
+      uint16_t* ks = static_cast<uint16_t*>(const_cast<void*>(p.k.dequant.scale));
+      uint16_t* vs = static_cast<uint16_t*>(const_cast<void*>(p.v.dequant.scale));
+      const int64_t ns = p.k.dequant.sb;  // storage tokens per batch (contiguous cache)
+      if (variant == 0) ks[0 * ns + 7] = 0x7FC0;  // batch 0, token 7: NaN
+      vs[2 * ns + 9] = 0x7F80;                    // batch 2, token 9: inf
+    };
+    RunQuantizedDecode(s, Elem::kI8, K::kPerToken, K::kPerToken, true, true, Bf16DecodeItems,
+                       bf16, poison);
   }
 }
 

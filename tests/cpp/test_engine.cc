@@ -311,51 +311,6 @@ TEST(Engine, MultiHeadDecode) {
   }
 }
 
-// Replaces the float cache of `kv` (D channels) by int8 / int4 codes at the same element
-// strides with a Dequant of `kind`, so that |(x + offset) * scale| <= amp. `keep` owns the buffers.
-void Quantize(Problem& p, KvOperand& kv, int64_t D, Elem e, Dequant::Kind kind, bool with_offset,
-              float amp, std::vector<std::vector<uint8_t>>& keep, std::mt19937& rng) {
-  Operand& o = kv.cache;
-  int64_t nb = p.batch, ns = 0;  // storage (b, s) extents
-  if (p.paged) {
-    nb = 0;
-    for (int64_t i = 0; i < p.batch * p.bt_stride; ++i)
-      nb = std::max<int64_t>(nb, p.block_table[i] + 1);
-    ns = p.block_size;
-  } else {
-    for (int64_t b = 0; b < p.batch; ++b) ns = std::max(ns, p.kv_begin[b] + p.kv_len[b]);
-  }
-  const int64_t extent = o.sb * (nb - 1) + o.sh * (p.h_kv - 1) + o.ss * (ns - 1) + D;
-  keep.emplace_back(e == Elem::kI4 ? (extent + 1) / 2 : extent);
-  for (auto& x : keep.back()) x = static_cast<uint8_t>(rng() & 0xFF);
-  o.data = keep.back().data();
-  o.elem = e;
-  Dequant& dq = kv.dequant;
-  dq.kind = kind;
-  int64_t n = 1;
-  switch (kind) {
-    case Dequant::Kind::kPerChannel: dq.sh = D; dq.sd = 1; n = p.h_kv * D; break;
-    case Dequant::Kind::kPerToken: dq.sb = ns; dq.ss = 1; n = nb * ns; break;
-    case Dequant::Kind::kPerTokenHead:
-      dq.sb = p.h_kv * ns; dq.sh = ns; dq.ss = 1; n = nb * p.h_kv * ns; break;
-    default: break;  // per-tensor: every stride 0
-  }
-  const float qmax = e == Elem::kI4 ? 8.f : 128.f, omax = e == Elem::kI4 ? 2.f : 4.f;
-  std::uniform_real_distribution<float> u(0.5f, 1.f), uo(-omax, omax);
-  // Scales as bf16 (exercises a non-f32 scale dtype), offsets as f32.
-  keep.emplace_back(n * 2);
-  for (int64_t i = 0; i < n; ++i)
-    cvt::Store(keep.back().data(), Elem::kBF16, i, u(rng) * amp / (qmax + omax));
-  dq.scale = keep.back().data();
-  dq.scale_elem = Elem::kBF16;
-  if (with_offset) {
-    keep.emplace_back(n * 4);
-    for (int64_t i = 0; i < n; ++i) cvt::Store(keep.back().data(), Elem::kF32, i, uo(rng));
-    dq.offset = keep.back().data();
-    dq.offset_elem = Elem::kF32;
-  }
-}
-
 // Antiquant: int8 / int4 K and V dequantized in the engine's packing, every granularity,
 // contiguous and paged, with a float shared prefix in front, against the fp64 reference.
 TEST(Engine, Antiquant) {
@@ -392,26 +347,6 @@ TEST(Engine, Antiquant) {
 
 // Plan items of `p` the AMX decode kernel runs (0 when AMX is not compiled or not granted).
 int64_t AmxDecodeItems(const Problem& p) { return CountItems(p, OpenfiaAmxDecodeCan); }
-
-// A decode case with int8 / int4 K and V (Quantize, K offset k_off, V offset v_off) against the
-// fp64 reference; `count` (a kernel's item predicate via CountItems) must find items when
-// `expect` (the CPU runs that kernel). `edit` (optional) rewrites the quantized problem.
-void RunQuantizedDecode(const CaseSpec& s, Elem e, Dequant::Kind kk, Dequant::Kind vk,
-                        bool k_off, bool v_off, int64_t (*count)(const Problem&), bool expect,
-                        const std::function<void(Problem&)>& edit = {}) {
-  std::vector<std::vector<uint8_t>> keep;
-  const auto quantize = [&](Case& c) {
-    std::mt19937 rng(s.seed);
-    Problem& p = c.problem();
-    Quantize(p, p.k, s.d_qk, e, kk, k_off, 1.f, keep, rng);
-    Quantize(p, p.v, s.d_v, e, vk, v_off, 1.f, keep, rng);
-    if (edit) edit(p);
-  };
-  Case c(s);
-  quantize(c);
-  if (expect) EXPECT_GT(count(c.problem()), 0) << "seed " << s.seed;
-  RunCase(s, quantize, false);
-}
 
 // The AMX decode kernel (decode_amx.cc) on multi-head decode items: bf16 K/V read straight from
 // the cache rows (contiguous, paged with 16-aligned blocks) or gathered (odd blocks, partial
