@@ -1,4 +1,4 @@
-// openfia internal: what the decode kernels share (decode_avx2-inl.h, decode_avx512bf16-inl.h):
+// openfia internal: what the decode kernels share (decode_avx2-inl.h, decode_avx512-inl.h):
 // which items they take, where a tile's K / V rows live, and the token-order prefetch stream.
 //
 // Included inside a target namespace after attend-inl.h (ResolveKey, DqVecOk, TN), before the

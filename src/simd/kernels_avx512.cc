@@ -34,10 +34,13 @@ struct V : Avx512Vec {};
 #include "simd/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
+#include "simd/decode_tile-inl.h"
+#include "simd/decode_avx512-inl.h"
 #include "simd/rows-inl.h"
 
 // Decode items go to the AVX2 decode kernel when it runs them, everything else to the loop.
 void Attend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  if (Bf16DecodeRun(p, w, sc, out)) return;  // bf16 queries: fp32 FMA products
   if (Avx2DecodeRun(p, w, sc, out)) return;
   AttendImpl(p, w, sc, out);
 }

@@ -37,7 +37,9 @@ struct V : Avx512Vec {};
 #undef OPENFIA_ATTEND_COLS
 #undef OPENFIA_ATTEND_BF16DOT
 #include "simd/decode_tile-inl.h"
-#include "simd/decode_avx512bf16-inl.h"
+#define OPENFIA_DECODE_BF16DOT 1
+#include "simd/decode_avx512-inl.h"
+#undef OPENFIA_DECODE_BF16DOT
 #include "simd/rows-inl.h"
 
 // Decode items go to this target's bf16 decode kernel, else to the AVX2 decode kernel (int8 /

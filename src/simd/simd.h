@@ -125,11 +125,12 @@ bool Avx512Bf16DotRunsItem(const Problem& p, const WorkItem& w);
 // fp32 FMA): AMD Zen 4 229-232 / 113-116 (dot tiles: causal 512 x 4096 prefill 1.7x faster);
 // Intel family 6 model 207 (no AMX exposed) 77-86 / 166-175 (dot tiles 1.5x slower: 61 against
 // 90 GFLOP/s). So: AMD CPUs yes, Intel CPUs no (their bf16 decode kernel still runs: 2x the
-// AVX2 kernel there), and yes whenever the cap names avx512bf16 itself (tests, measurements).
-// A property of the CPU and the cap only, so results stay the same run to run.
+// AVX2 kernel there, with fp32 FMA products), and yes whenever the cap names avx512bf16 itself
+// (tests, measurements). The bf16 decode kernel (decode_avx512-inl.h) picks its products by the
+// same rule. A property of the CPU and the cap only, so results stay the same run to run.
 bool Bf16DotTiles();
 // Whether the AVX512-BF16 table runs item `w` of `p` on its bf16 decode kernel
-// (decode_avx512bf16-inl.h; false when the target is not compiled or the CPU lacks it). The
+// (decode_avx512-inl.h; false when the target is not compiled or the CPU lacks it). The
 // kernel still declines an item whose query holds a subnormal or non-finite value. For tests
 // that must prove the kernel ran.
 bool Avx512Bf16DecodeRunsItem(const Problem& p, const WorkItem& w);

@@ -1,10 +1,21 @@
-// openfia internal: the AVX512-BF16 decode kernel (few query rows per KV head, bf16 / int8 /
-// int4 K and V).
+// openfia internal: the AVX-512 decode kernel for bf16 queries (few query rows per KV head,
+// bf16 / int8 / int4 K and V).
 //
-// Included by kernels_avx512bf16.cc inside namespace openfia::internal::avx512bf16_target, after
-// attend-inl.h and decode_tile-inl.h (DecodeCan, DecTile, DecPrefetcher). The table's attend
-// entry offers every item to Bf16DecodeRun first; it returns false for an item it does not run
-// (the AVX2 decode kernel or the generic loop runs it), so semantics never depend on it.
+// Included by kernels_avx512bf16.cc (with OPENFIA_DECODE_BF16DOT) and kernels_avx512.cc (without)
+// inside their target namespaces, after attend-inl.h and decode_tile-inl.h (DecodeCan, DecTile,
+// DecPrefetcher). The table's attend entry offers every item to Bf16DecodeRun first; it returns
+// false for an item it does not run (the AVX2 decode kernel or the generic loop runs it), so
+// semantics never depend on it.
+//
+// Two kinds of products, the rest shared: VDPBF16PS (BdRun<R, true>: the avx512bf16 table where
+// Bf16DotTiles, i.e. AMD CPUs or a cap naming avx512bf16) or fp32 FMAs (BdRun<R, false>: the
+// avx512 table, and the avx512bf16 table on Intel, where VDPBF16PS runs at half the FMA's rate).
+// The FMA products split every 32 bf16 channels into even / odd fp32 lanes by one shift and one
+// mask (queries once per item, keys and values per chunk): the scores take 2 FMAs per 32
+// channels, key and row; P V keeps its accumulators as [16 even | 16 odd] per 32 channels until
+// the item ends (BdUnpermute32), reads the fp32 P (bf16 values) and needs no Inf / NaN scan.
+// D2's shape (int8) one thread on the Intel VM of session 12: 9.6-11.7 ms with VDPBF16PS,
+// 7.4 ms with FMAs; bf16 (D1) alike within this VM's noise (8.6-9.5 ms).
 //
 // The AVX2 decode kernel spends ~137 cycles per key and KV head on fp32 FMAs (each bf16 row split
 // into even / odd channels, two FMAs per 16 channels and row): compute-bound at half the DRAM
@@ -59,16 +70,21 @@ inline int64_t BdStageWords(int64_t d) { return (d + 31) / 32 * 32; }
 // an int8 / int4 K its per-channel antiquant vectors [n_hk][2][d_qk] and one score block's keys
 // dequantized to bf16 [16][BdStageWords(d_qk)]; for an int8 / int4 V the same with one P V
 // chunk's values [kBdChunk][BdStageWords(d_v)]. Sizes in floats.
-inline int64_t BdScratchFloats(const Problem& p, const WorkItem& w, DecKind kk, DecKind vk) {
+// The FMA products (dot false) also keep the query rows as fp32 [rows][BdStageWords(d_qk)].
+inline int64_t BdScratchFloats(const Problem& p, const WorkItem& w, DecKind kk, DecKind vk,
+                               bool dot) {
   int64_t n = w.rows() * (TN + TN / 2);
+  if (!dot) n += w.rows() * BdStageWords(p.d_qk);
   if (kk != DecKind::kBf16) n += 2 * w.n_hk * p.d_qk + 16 * BdStageWords(p.d_qk) / 2;
   if (vk != DecKind::kBf16) n += 2 * w.n_hk * p.d_v + kBdChunk * BdStageWords(p.d_v) / 2;
   return n;
 }
 
+#if defined(OPENFIA_DECODE_BF16DOT)
 __attribute__((always_inline)) inline __m512bh BdBh(__m512i x) {
   return reinterpret_cast<__m512bh>(x);
 }
+#endif
 
 // 32 bf16 channels [d, d + 32) of a row; past D (D % 32 == 16) zeros.
 __attribute__((always_inline)) inline __m512i BdLoad32(const char* row, int64_t d, int64_t D) {
@@ -97,10 +113,13 @@ __attribute__((always_inline)) inline __m512 BdSum16(const __m512* x) {
 
 // st[r * TN + n0 + k] = q_r . K[n0 + k] for r < R, k < 16 / R: bf16 q rows at stride ldq
 // (zero past D), bf16 key rows kr[k] (the cache's, or staged by BdDequantRow).
-template <int R>
-__attribute__((always_inline)) inline void BdScoreBlock(const uint16_t* q, int64_t ldq,
-                                                        int64_t D, const char* const* kr,
-                                                        int64_t n0, float* st) {
+// DOT: VDPBF16PS with the bf16 query rows q (uint16_t); else fp32 FMAs with the query rows qf
+// split per 32 channels into [16 even | 16 odd] (BdSplitQuery), each key chunk split alike by
+// one shift and one mask (every bf16 x bf16 product is exact in fp32 either way).
+template <int R, bool DOT>
+__attribute__((always_inline)) inline void BdScoreBlock(const void* q, int64_t ldq, int64_t D,
+                                                        const char* const* kr, int64_t n0,
+                                                        float* st) {
   constexpr int KB = 16 / R;
   __m512 acc[16];  // acc[r * KB + k]: the lane order of the stored vector
   OPENFIA_UNROLL
@@ -108,11 +127,27 @@ __attribute__((always_inline)) inline void BdScoreBlock(const uint16_t* q, int64
   for (int64_t d = 0; d < D; d += 32) {
     OPENFIA_UNROLL
     for (int k = 0; k < KB; ++k) {
-      const __m512bh kv = BdBh(BdLoad32(kr[k], d, D));
+      const __m512i x = BdLoad32(kr[k], d, D);
+#if defined(OPENFIA_DECODE_BF16DOT)
+      if constexpr (DOT) {
+        const uint16_t* qb = static_cast<const uint16_t*>(q);
+        OPENFIA_UNROLL
+        for (int r = 0; r < R; ++r)
+          acc[r * KB + k] = _mm512_dpbf16_ps(acc[r * KB + k], BdBh(x),
+                                             BdBh(_mm512_loadu_si512(qb + r * ldq + d)));
+        continue;
+      }
+#endif
+      const float* qf = static_cast<const float*>(q);
+      const __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+      const __m512 o = _mm512_castsi512_ps(
+          _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
       OPENFIA_UNROLL
-      for (int r = 0; r < R; ++r)
-        acc[r * KB + k] = _mm512_dpbf16_ps(
-            acc[r * KB + k], kv, BdBh(_mm512_loadu_si512(q + r * ldq + d)));
+      for (int r = 0; r < R; ++r) {
+        acc[r * KB + k] = _mm512_fmadd_ps(_mm512_loadu_ps(qf + r * ldq + d), e, acc[r * KB + k]);
+        acc[r * KB + k] =
+            _mm512_fmadd_ps(_mm512_loadu_ps(qf + r * ldq + d + 16), o, acc[r * KB + k]);
+      }
     }
   }
   // BdSum16 puts x[4j + b] in lane 4b + j: feed acc[L] as x[4 (L % 4) + L / 4].
@@ -186,6 +221,7 @@ inline bool BdRowsFinite(const char* const* vr, int64_t n0, int64_t n1, int64_t 
   return _mm512_cmpeq_epi16_mask(hi, _mm512_set1_epi16(-1)) == 0;
 }
 
+#if defined(OPENFIA_DECODE_BF16DOT)
 // acc rows [0, R) x channel groups [g0, g0 + NC) (16 channels each) += P V over the key pairs
 // (n, n + 1), n = n0, n0 + 2, .. < n1: value rows vr[n], P pair words of row r at pw + r TN / 2.
 template <int R, int NC>
@@ -254,6 +290,94 @@ inline void BdPv(const uint32_t* pw, const char* const* vr, int64_t n0, int64_t 
   if (g < ng) BdPvBlock<R, 1>(pw, vr, n0, n1, g, acc, lda);
 }
 
+#endif
+
+// acc rows [0, R) x 32-channel groups [c0, c0 + NC) += P V over keys [n0, n1) as fp32 FMAs of
+// the fp32 P st[r][n] (bf16 values): each value chunk split into even / odd channels, so the
+// accumulators hold every 32 channels as [16 even | 16 odd] while the item runs (BdUnpermute32).
+// No Inf / NaN scan: fp32 products of a subnormal P and an infinite value stay infinite.
+template <int R, int NC>
+__attribute__((always_inline)) inline void BdPvFmaBlock(const float* st, const char* const* vr,
+                                                        int64_t n0, int64_t n1, int64_t c0,
+                                                        float* acc, int64_t lda) {
+  __m512 a[R][2 * NC];
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < 2 * NC; ++j) a[r][j] = _mm512_loadu_ps(acc + r * lda + 32 * c0 + 16 * j);
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t n = n0; n < n1; ++n) {
+    __m512 pb[R];
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) pb[r] = _mm512_set1_ps(st[r * TN + n]);
+    const char* v = vr[n] + 64 * c0;
+    OPENFIA_UNROLL
+    for (int j = 0; j < NC; ++j) {
+      const __m512i x = _mm512_loadu_si512(v + 64 * j);
+      const __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+      const __m512 o = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
+      OPENFIA_UNROLL
+      for (int r = 0; r < R; ++r) {
+        a[r][2 * j] = _mm512_fmadd_ps(pb[r], e, a[r][2 * j]);
+        a[r][2 * j + 1] = _mm512_fmadd_ps(pb[r], o, a[r][2 * j + 1]);
+      }
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < 2 * NC; ++j) _mm512_storeu_ps(acc + r * lda + 32 * c0 + 16 * j, a[r][j]);
+}
+
+// acc (R rows of one head) += P V over keys [n0, n1) by FMAs; a last 16 channels (Dv % 32 ==
+// 16) as [8 even | 8 odd].
+template <int R>
+inline void BdPvFma(const float* st, const char* const* vr, int64_t n0, int64_t n1, int64_t Dv,
+                    float* acc, int64_t lda) {
+  constexpr int NC = 8 / R;  // 16 accumulators
+  const int64_t nc = Dv / 32;
+  int64_t c = 0;
+  for (; c + NC <= nc; c += NC) BdPvFmaBlock<R, NC>(st, vr, n0, n1, c, acc, lda);
+  for (; c < nc; ++c) BdPvFmaBlock<R, 1>(st, vr, n0, n1, c, acc, lda);
+  if (Dv % 32 == 0) return;
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t r = 0; r < R; ++r) {
+    float* a = acc + r * lda + 32 * nc;
+    __m256 ae = _mm256_loadu_ps(a), ao = _mm256_loadu_ps(a + 8);
+    for (int64_t n = n0; n < n1; ++n) {
+      const __m256 pb = _mm256_set1_ps(st[r * TN + n]);
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr[n] + 64 * nc));
+      ae = _mm256_fmadd_ps(pb, _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)), ae);
+      ao = _mm256_fmadd_ps(pb, _mm256_castsi256_ps(_mm256_and_si256(x, hi)), ao);
+    }
+    _mm256_storeu_ps(a, ae);
+    _mm256_storeu_ps(a + 8, ao);
+  }
+}
+
+// Row states of the FMA products back to channel order (the inverse of their even / odd split).
+inline void BdUnpermute32(float* acc, int64_t rows, int64_t lda, int64_t Dv) {
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(8));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* a = acc + r * lda;
+    int64_t c = 0;
+    for (; c + 32 <= Dv; c += 32) {
+      const __m512 e = _mm512_loadu_ps(a + c), o = _mm512_loadu_ps(a + c + 16);
+      // Per 128-bit block: lo = (e0 o0 e1 o1), hi = (e2 o2 e3 o3).
+      const __m512 lo = _mm512_unpacklo_ps(e, o), hi = _mm512_unpackhi_ps(e, o);
+      _mm512_storeu_ps(a + c, _mm512_permutex2var_ps(lo, i0, hi));
+      _mm512_storeu_ps(a + c + 16, _mm512_permutex2var_ps(lo, i1, hi));
+    }
+    if (c < Dv) {
+      const __m256 e = _mm256_loadu_ps(a + c), o = _mm256_loadu_ps(a + c + 8);
+      const __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
+      _mm256_storeu_ps(a + c, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_storeu_ps(a + c + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+  }
+}
+
 // acc (R rows) += P V over keys [n0, n1) as fp32 FMAs of the fp32 P, key after key (value rows
 // with a non-finite value: a subnormal P must still meet it).
 inline void BdPvExact(const float* st, int64_t R, const char* const* vr, int64_t n0, int64_t n1,
@@ -294,7 +418,14 @@ inline void BdDequantRow(const char* row, int64_t D, const float* cs, const floa
     const __m512 x0 = BdDq16<K, CHAN>(row, d, cs, co, vs, vo, off);
     const __m512 x1 = d + 32 <= D ? BdDq16<K, CHAN>(row, d + 16, cs, co, vs, vo, off)
                                   : _mm512_setzero_ps();
+#if defined(OPENFIA_DECODE_BF16DOT)
     _mm512_storeu_si512(dst + d, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0)));
+#else  // the same rounding in integer operations (subnormal results kept)
+    const auto words = [](__m512 x) {
+      return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(V::RoundBF16(x)), 16));
+    };
+    _mm512_storeu_si512(dst + d, _mm512_inserti64x4(_mm512_castsi256_si512(words(x0)), words(x1), 1));
+#endif
   }
 }
 
@@ -352,7 +483,18 @@ inline bool BdPackQuery(const Problem& p, const WorkItem& w, int64_t ldq, uint16
   return bad == 0;
 }
 
-template <int R>
+// The bf16 query rows qb [rows][ldq] as fp32 for the FMA scores: per 32 channels [16 even |
+// 16 odd] (zero past D as qb).
+inline void BdSplitQuery(const uint16_t* qb, int64_t rows, int64_t ldq, float* qf) {
+  for (int64_t i = 0; i < rows * ldq; i += 32) {
+    const __m512i x = _mm512_loadu_si512(qb + i);
+    _mm512_storeu_ps(qf + i, _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)));
+    _mm512_storeu_ps(qf + i + 16, _mm512_castsi512_ps(_mm512_and_si512(
+                                      x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+  }
+}
+
+template <int R, bool DOT>
 void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out,
            const uint16_t* qb, int64_t ldq, DecKind kk, DecKind vk) {
   constexpr int KB = 16 / R;  // keys per score block
@@ -361,9 +503,16 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
   ResetRowStates(out, w.rows(), ldv);
   float* st = sc.kt;                                              // [nh][R][TN] scores, then P
   uint16_t* ph = reinterpret_cast<uint16_t*>(st + nh * R * TN);  // [nh][R][TN] bf16 P
-  const uint32_t* pw = reinterpret_cast<const uint32_t*>(ph);
+  [[maybe_unused]] const uint32_t* pw = reinterpret_cast<const uint32_t*>(ph);
   // int8 / int4 operands: antiquant vectors, then rows dequantized to bf16 (BdScratchFloats).
   float* next = st + nh * R * (TN + TN / 2);
+  const void* q = qb;  // the query rows as the products read them
+  if constexpr (!DOT) {
+    BdSplitQuery(qb, nh * R, ldq, next);
+    q = next;
+    next += nh * R * ldq;
+  }
+  const int64_t qstep = DOT ? ldq / 2 : ldq;  // floats per query row
   DecDq kdq, vdq;
   uint16_t *kst = nullptr, *vst = nullptr;
   const int64_t ldvs = BdStageWords(Dv);
@@ -406,7 +555,8 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
         } else {
           BdStageRows(kk, kdq, t.k, t.kstep, t.kc, nk, w.hk, x, n0, n0 + KB, D, kst, ldq, kr);
         }
-        BdScoreBlock<R>(qb + x * R * ldq, ldq, D, kr + n0, n0, st + x * R * TN);
+        BdScoreBlock<R, DOT>(static_cast<const float*>(q) + x * R * qstep, ldq, D, kr + n0, n0,
+                             st + x * R * TN);
       }
     }
     for (int64_t x = 0; x < nh; ++x)
@@ -427,10 +577,16 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
         } else {
           BdStageRows(vk, vdq, t.v, t.vstep, t.vc, nk, w.hk, x, n0, n2, Dv, vst, ldvs, vr);
         }
-        if (BdRowsFinite(vr, n0, n1, Dv))
-          BdPv<R>(pw + x * R * TN / 2, vr, n0, n2, Dv, acc, out.acc_stride);
-        else
-          BdPvExact(st + x * R * TN, R, vr, n0, n1, Dv, acc, out.acc_stride);
+#if defined(OPENFIA_DECODE_BF16DOT)
+        if constexpr (DOT) {
+          if (BdRowsFinite(vr, n0, n1, Dv))
+            BdPv<R>(pw + x * R * TN / 2, vr, n0, n2, Dv, acc, out.acc_stride);
+          else
+            BdPvExact(st + x * R * TN, R, vr, n0, n1, Dv, acc, out.acc_stride);
+          continue;
+        }
+#endif
+        BdPvFma<R>(st + x * R * TN, vr, n0, n1, Dv, acc, out.acc_stride);
       }
     }
     if (nt != nullptr && (pf.t != nt || pf.v)) {  // a short tile: start the next one's keys
@@ -438,21 +594,38 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
       pf.Issue(kBdAhead * klines, kBdAhead);
     }
   }
+  if constexpr (!DOT) BdUnpermute32(out.acc, w.rows(), out.acc_stride, Dv);
 }
 
 inline bool Bf16DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc,
                           const RowStates& out) {
   DecKind kk, vk;
-  if (!Bf16DecodeCan(p, w, &kk, &vk) || sc.tmp - sc.kt < BdScratchFloats(p, w, kk, vk))
+#if defined(OPENFIA_DECODE_BF16DOT)
+  const bool dot = Bf16DotTiles();  // VDPBF16PS where it is the faster product (simd.h)
+#else
+  const bool dot = false;
+#endif
+  if (!Bf16DecodeCan(p, w, &kk, &vk) || sc.tmp - sc.kt < BdScratchFloats(p, w, kk, vk, dot))
     return false;
   const int64_t ldq = (p.d_qk + 31) / 32 * 32;
   uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
   if (!BdPackQuery(p, w, ldq, qb)) return false;
+#if defined(OPENFIA_DECODE_BF16DOT)
+  if (dot) {
+    switch (w.head_rows()) {
+      case 1: BdRun<1, true>(p, w, sc, out, qb, ldq, kk, vk); break;
+      case 2: BdRun<2, true>(p, w, sc, out, qb, ldq, kk, vk); break;
+      case 4: BdRun<4, true>(p, w, sc, out, qb, ldq, kk, vk); break;
+      default: BdRun<8, true>(p, w, sc, out, qb, ldq, kk, vk); break;
+    }
+    return true;
+  }
+#endif
   switch (w.head_rows()) {
-    case 1: BdRun<1>(p, w, sc, out, qb, ldq, kk, vk); break;
-    case 2: BdRun<2>(p, w, sc, out, qb, ldq, kk, vk); break;
-    case 4: BdRun<4>(p, w, sc, out, qb, ldq, kk, vk); break;
-    default: BdRun<8>(p, w, sc, out, qb, ldq, kk, vk); break;
+    case 1: BdRun<1, false>(p, w, sc, out, qb, ldq, kk, vk); break;
+    case 2: BdRun<2, false>(p, w, sc, out, qb, ldq, kk, vk); break;
+    case 4: BdRun<4, false>(p, w, sc, out, qb, ldq, kk, vk); break;
+    default: BdRun<8, false>(p, w, sc, out, qb, ldq, kk, vk); break;
   }
   return true;
 }
