@@ -1,4 +1,4 @@
-// The AVX512-BF16 decode kernel (decode_avx512bf16-inl.h) vs the fp64 reference under every SIMD
+// The AVX512-BF16 decode kernel (decode_avx512-inl.h) vs the fp64 reference under every SIMD
 // target this CPU runs and 1, 2, 3 threads (which must agree bitwise).
 #include <gtest/gtest.h>
 
