@@ -75,8 +75,10 @@ inline int64_t BdScratchFloats(const Problem& p, const WorkItem& w, DecKind kk, 
                                bool dot) {
   int64_t n = w.rows() * (TN + TN / 2);
   if (!dot) n += w.rows() * BdStageWords(p.d_qk);
-  if (kk != DecKind::kBf16) n += 2 * w.n_hk * p.d_qk + 16 * BdStageWords(p.d_qk) / 2;
-  if (vk != DecKind::kBf16) n += 2 * w.n_hk * p.d_v + kBdChunk * BdStageWords(p.d_v) / 2;
+  if (kk != DecKind::kBf16)
+    n += 2 * w.n_hk * (p.d_qk + TN) + 16 * BdStageWords(p.d_qk) / 2;
+  if (vk != DecKind::kBf16)
+    n += 2 * w.n_hk * (p.d_v + TN) + kBdChunk * BdStageWords(p.d_v) / 2;
   return n;
 }
 
@@ -429,12 +431,29 @@ inline void BdDequantRow(const char* row, int64_t D, const float* cs, const floa
   }
 }
 
-// Rows n of [n0, n1) of head x (KV head hk + x) of an int8 / int4 operand dequantized into
-// dst + (n - n0) ldd words, their pointers in rows[n]; keys past the tile's nk read the zero row.
+// The per-row antiquant parameters of a tile's keys [0, nk) (not per channel): scale and offset
+// of key n of head x at par[2 x TN + n] and par[(2 x + 1) TN + n], looked up once per tile; when
+// they do not depend on the head (per tensor, per token) only head 0's, which every head reads
+// (BdParams). The lookups had cost ~30 scalar instructions per row, head and operand.
+inline void BdTileParams(const DecDq& dq, const int64_t* coord, int64_t nk, int64_t hk,
+                         int64_t nh, float* par) {
+  if (dq.per_chan) return;
+  const int64_t heads = dq.dq->sh == 0 ? 1 : nh;
+  for (int64_t x = 0; x < heads; ++x)
+    for (int64_t n = 0; n < nk; ++n)
+      dq.Row(coord + 2 * n, hk + x, par + 2 * x * TN + n, par + (2 * x + 1) * TN + n);
+}
+inline const float* BdParams(const DecDq& dq, const float* par, int64_t x) {
+  return par + (dq.dq->sh == 0 ? 0 : 2 * x * TN);
+}
+
+// Rows n of [n0, n1) of head x of an int8 / int4 operand dequantized into dst + (n - n0) ldd
+// words, their pointers in rows[n]; keys past the tile's nk read the zero row. par: the head's
+// per-row parameters (BdParams), unused per channel.
 inline void BdStageRows(DecKind kind, const DecDq& dq, const char* const* src,
-                        const int64_t* step, const int64_t* coord, int64_t nk, int64_t hk,
-                        int64_t x, int64_t n0, int64_t n1, int64_t D, uint16_t* dst,
-                        int64_t ldd, const char** rows) {
+                        const int64_t* step, const float* par, int64_t nk, int64_t x,
+                        int64_t n0, int64_t n1, int64_t D, uint16_t* dst, int64_t ldd,
+                        const char** rows) {
   const float* cs = dq.per_chan ? dq.chan + 2 * x * D : nullptr;
   const float* co = dq.per_chan ? cs + D : nullptr;
   for (int64_t n = n0; n < n1; ++n) {
@@ -444,8 +463,7 @@ inline void BdStageRows(DecKind kind, const DecDq& dq, const char* const* src,
     }
     const char* row = src[n] + x * step[n];
     uint16_t* out = dst + (n - n0) * ldd;
-    float s = 0.f, o = 0.f;
-    if (!dq.per_chan) dq.Row(coord + 2 * n, hk + x, &s, &o);
+    const float s = dq.per_chan ? 0.f : par[n], o = dq.per_chan ? 0.f : par[TN + n];
     if (kind == DecKind::kI8) {
       if (dq.per_chan) BdDequantRow<DecKind::kI8, true>(row, D, cs, co, s, o, dq.has_off, out);
       else BdDequantRow<DecKind::kI8, false>(row, D, cs, co, s, o, dq.has_off, out);
@@ -515,15 +533,18 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
   const int64_t qstep = DOT ? ldq / 2 : ldq;  // floats per query row
   DecDq kdq, vdq;
   uint16_t *kst = nullptr, *vst = nullptr;
+  float *kpar = nullptr, *vpar = nullptr;  // per tile: [nh][2][TN] (BdTileParams)
   const int64_t ldvs = BdStageWords(Dv);
   if (kk != DecKind::kBf16) {
     kdq.Init(p.k.dequant, D, w.hk, nh, next);
     kst = reinterpret_cast<uint16_t*>(next + 2 * nh * D);
-    next += 2 * nh * D + 16 * ldq / 2;
+    kpar = next + 2 * nh * D + 16 * ldq / 2;
+    next = kpar + 2 * nh * TN;
   }
   if (vk != DecKind::kBf16) {
     vdq.Init(p.v.dequant, Dv, w.hk, nh, next);
     vst = reinterpret_cast<uint16_t*>(next + 2 * nh * Dv);
+    vpar = next + 2 * nh * Dv + kBdChunk * ldvs / 2;
   }
 
   // Per tile, token-major (as in the AVX2 kernel): the score blocks of all heads for each KB
@@ -543,6 +564,8 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
     DecTile* nt = t0 + TN < w.j1 ? &tiles[cur ^ 1] : nullptr;
     if (nt != nullptr) DecResolve(p, w, t0 + TN, nt);
     const int64_t nk = t.nk;
+    if (kk != DecKind::kBf16) BdTileParams(kdq, t.kc, nk, w.hk, nh, kpar);
+    if (vk != DecKind::kBf16) BdTileParams(vdq, t.vc, nk, w.hk, nh, vpar);
     // Scores; the key rows kBdAhead tokens ahead, then this tile's first value rows.
     const int64_t kper = (KB * klines + nh - 1) / nh;  // lines per head and score block
     for (int64_t n0 = 0; n0 < nk; n0 += KB) {
@@ -553,7 +576,8 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
         if (kk == DecKind::kBf16) {
           for (int64_t n = n0; n < n0 + KB; ++n) kr[n] = t.k[n] + x * t.kstep[n];
         } else {
-          BdStageRows(kk, kdq, t.k, t.kstep, t.kc, nk, w.hk, x, n0, n0 + KB, D, kst, ldq, kr);
+          BdStageRows(kk, kdq, t.k, t.kstep, BdParams(kdq, kpar, x), nk, x, n0, n0 + KB, D, kst,
+                      ldq, kr);
         }
         BdScoreBlock<R, DOT>(static_cast<const float*>(q) + x * R * qstep, ldq, D, kr + n0, n0,
                              st + x * R * TN);
@@ -575,7 +599,8 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
         if (vk == DecKind::kBf16) {
           for (int64_t n = n0; n < n2; ++n) vr[n] = t.v[n] + x * t.vstep[n];
         } else {
-          BdStageRows(vk, vdq, t.v, t.vstep, t.vc, nk, w.hk, x, n0, n2, Dv, vst, ldvs, vr);
+          BdStageRows(vk, vdq, t.v, t.vstep, BdParams(vdq, vpar, x), nk, x, n0, n2, Dv, vst,
+                      ldvs, vr);
         }
 #if defined(OPENFIA_DECODE_BF16DOT)
         if constexpr (DOT) {
