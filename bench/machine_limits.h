@@ -44,9 +44,9 @@ struct MachineLimits {
   // Compute: per-core peak x n (the all-thread numbers are reported for information only).
   double ReadBandwidthGBs(int n) const;
   double Bf16DotGflops(int n) const;  // 0 when the CPU has no bf16 dot instruction
-  // The bf16 compute peak the targets are measured against: vdpbf16ps where the CPU has it,
-  // else the fp32 FMA peak (without a bf16 dot instruction every bf16 product is an fp32 FMA on
-  // widened inputs, for openfia and its peers alike). Bf16PeakName() says which.
+  // The bf16 compute peak the targets are measured against: the faster of vdpbf16ps (where the
+  // CPU has it) and the fp32 FMA on widened bf16 inputs (exact products either way; the engine
+  // uses the faster). Bf16PeakName() says which.
   double Bf16PeakGflops(int n) const;
   const char* Bf16PeakName() const;
   double FmaGflops(int n) const;

@@ -32,5 +32,13 @@ def test_adjacent_percent_uses_the_best_reading_next_to_the_workload():
     lim = dict(LIM, has_bf16_dot=True, bf16_dot_gflops_core=400.0)
     r = row(False, probe_before=dict(before, bf16_dot_gflops=500.0), probe_after=None)
     assert bench.percent_of_limit(r, lim, 2, adjacent=True) == (100 * 100 / 500, "bf16")
+    # Where vdpbf16ps is slower than the FMA (the Intel VM of session 12), the FMA is the peak:
+    # the run's limits and the readings next to the workload alike.
+    slow = dict(LIM, has_bf16_dot=True, bf16_dot_gflops_core=50.0)
+    assert bench.percent_of_limit(row(False), slow, 2) == (100 * 100 / 200, "bf16")
+    r = row(False, probe_before=dict(before, bf16_dot_gflops=60.0), probe_after=None)
+    assert bench.percent_of_limit(r, slow, 2, adjacent=True) == (100 * 100 / 150, "bf16")
+    assert bench.bf16_limit_name(slow).startswith("fp32 FMA")
+    assert bench.bf16_limit_name(lim) == "vdpbf16ps"
     # No readings (no openfia-bench binary): no adjacent percentage.
     assert bench.percent_of_limit(row(True), LIM, 2, adjacent=True)[0] is None
