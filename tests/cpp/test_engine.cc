@@ -508,7 +508,9 @@ TEST(Engine, Avx2Decode) {
 
 // The AVX2 decode kernel's dequantization drops the NaN blend of its bf16 rounding where the
 // antiquant parameters are finite (DecDequant FIN). Non-finite parameters must still give the
-// reference's NaNs and infinities at the same positions, on every target. Variants:
+// reference's NaNs and infinities at the same positions, on every target (the AVX-512 decode
+// kernel's staged bf16 rows too: where the CPU has avx512bf16 the proof-it-ran count is that
+// kernel's). Variants:
 // 0: one K token's scale NaN (its batch's scores, then its rows: NaN), one V token's scale NaN;
 // 1: per-channel: one channel's K offset NaN, one channel's V scale inf;
 // 2: one V token's scale inf (infinities, or NaN where x + offset is 0). Not run where the AMX
@@ -547,7 +549,11 @@ TEST(Engine, Avx2DecodeNonFiniteAntiquant) {
         vs[2 * ns + 9] = 0x7F80;  // batch 2, token 9: inf
       }
     };
-    RunQuantizedDecode(s, e, kind, kind, true, true, Avx2DecodeItems, avx2, poison);
+    const auto count = [](const Problem& p) -> int64_t {
+      return KernelsFor("avx512bf16") ? CountItems(p, Avx512Bf16DecodeRunsItem)
+                                      : Avx2DecodeItems(p);
+    };
+    RunQuantizedDecode(s, e, kind, kind, true, true, count, avx2, poison);
   }
 }
 
