@@ -412,22 +412,47 @@ __attribute__((always_inline)) inline __m512 BdDq16(const char* row, int64_t d, 
 // D). VCVTNE2PS2BF16 rounds to nearest even as cvt::F32ToBF16 does, keeps NaN a NaN and an
 // infinity infinite, and flushes a subnormal result to 0 (VDPBF16PS reads one as 0 anyway).
 // CHAN: per-channel scale / offset vectors cs / co (D floats each); else the row's s / o.
+// The bf16 words of x1 (high 16) and x0 (low 16), rounded as the staging rounds.
+__attribute__((always_inline)) inline __m512i BdWords(__m512 x1, __m512 x0) {
+#if defined(OPENFIA_DECODE_BF16DOT)
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0));
+#else  // the same rounding in integer operations (subnormal results kept)
+  const auto words = [](__m512 x) {
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(V::RoundBF16(x)), 16));
+  };
+  return _mm512_inserti64x4(_mm512_castsi256_si512(words(x0)), words(x1), 1);
+#endif
+}
+
 template <DecKind K, bool CHAN>
 inline void BdDequantRow(const char* row, int64_t D, const float* cs, const float* co, float s,
                          float o, bool off, uint16_t* dst) {
   const __m512 vs = _mm512_set1_ps(s), vo = _mm512_set1_ps(o);
+  if constexpr (K == DecKind::kI4 && !CHAN) {
+    // One scale and offset for the row: its 16 possible values (x + o) * s, x = -8..7, computed
+    // and rounded once as the per-element path would, then looked up by nibble (VPERMW): the
+    // same words at ~6 operations per 32 channels instead of ~17.
+    __m512 x = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+    if (off) x = _mm512_add_ps(x, vo);
+    const __m512i table = BdWords(_mm512_setzero_ps(), _mm512_mul_ps(x, vs));  // words 0..15
+    for (int64_t d = 0; d < D; d += 32) {
+      // 16 bytes (32 channels, low nibble first) -> one byte per nibble, in channel order.
+      const __m128i* src = reinterpret_cast<const __m128i*>(row + d / 2);
+      const __m256i b = _mm256_cvtepu8_epi16(d + 32 <= D ? _mm_loadu_si128(src)
+                                                         : _mm_loadl_epi64(src));
+      const __m256i nib = _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi16(b, 4)),
+                                           _mm256_set1_epi16(0x0F0F));
+      __m512i w = _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(nib), table);
+      if (d + 32 > D) w = _mm512_maskz_mov_epi16(0xFFFF, w);  // +0 past D
+      _mm512_storeu_si512(dst + d, w);
+    }
+    return;
+  }
   for (int64_t d = 0; d < D; d += 32) {
     const __m512 x0 = BdDq16<K, CHAN>(row, d, cs, co, vs, vo, off);
     const __m512 x1 = d + 32 <= D ? BdDq16<K, CHAN>(row, d + 16, cs, co, vs, vo, off)
                                   : _mm512_setzero_ps();
-#if defined(OPENFIA_DECODE_BF16DOT)
-    _mm512_storeu_si512(dst + d, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0)));
-#else  // the same rounding in integer operations (subnormal results kept)
-    const auto words = [](__m512 x) {
-      return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(V::RoundBF16(x)), 16));
-    };
-    _mm512_storeu_si512(dst + d, _mm512_inserti64x4(_mm512_castsi256_si512(words(x0)), words(x1), 1));
-#endif
+    _mm512_storeu_si512(dst + d, BdWords(x1, x0));
   }
 }
 
