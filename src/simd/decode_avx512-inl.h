@@ -395,19 +395,6 @@ inline void BdPvExact(const float* st, int64_t R, const char* const* vr, int64_t
   }
 }
 
-// (x + offset) * scale of the 16 channels [d, d + 16) of an int8 / int4 row: the fp32
-// operations of attend-inl.h's DqAt in its order, so the values are the reference's before the
-// rounding to the query dtype (bf16).
-template <DecKind K, bool CHAN>
-__attribute__((always_inline)) inline __m512 BdDq16(const char* row, int64_t d, const float* cs,
-                                                    const float* co, __m512 s, __m512 o,
-                                                    bool off) {
-  __m512 x = K == DecKind::kI8 ? V::LoadI8(reinterpret_cast<const int8_t*>(row) + d)
-                               : V::LoadI4(reinterpret_cast<const uint8_t*>(row) + d / 2);
-  if (off) x = _mm512_add_ps(x, CHAN ? _mm512_loadu_ps(co + d) : o);
-  return _mm512_mul_ps(x, CHAN ? _mm512_loadu_ps(cs + d) : s);
-}
-
 // One int8 / int4 row of D channels dequantized to bf16 words dst[0, BdStageWords(D)) (+0 past
 // D). VCVTNE2PS2BF16 rounds to nearest even as cvt::F32ToBF16 does, keeps NaN a NaN and an
 // infinity infinite, and flushes a subnormal result to 0 (VDPBF16PS reads one as 0 anyway).
@@ -438,6 +425,25 @@ __attribute__((always_inline)) inline __m512i BdNibbles(const char* row, int64_t
   return _mm512_castsi256_si512(_mm256_sub_epi8(_mm256_xor_si256(n, eight), eight));
 }
 
+// The codes of channels [d, d + 16) and [d + 16, d + 32) of an int8 / int4 row as fp32 (exact
+// small integers); the second +0 past D. int4: 32 nibbles widened to signed bytes at once (~11
+// operations per 32 channels; V::LoadI4 takes ~10 per 16).
+template <DecKind K>
+__attribute__((always_inline)) inline void BdCodes32(const char* row, int64_t d, int64_t D,
+                                                     __m512* x0, __m512* x1) {
+  const bool two = d + 32 <= D;
+  if constexpr (K == DecKind::kI8) {
+    const int8_t* r = reinterpret_cast<const int8_t*>(row) + d;
+    *x0 = V::LoadI8(r);
+    *x1 = two ? V::LoadI8(r + 16) : _mm512_setzero_ps();
+  } else {
+    const __m256i nb = _mm512_castsi512_si256(BdNibbles(row, d, D));
+    *x0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(nb)));
+    *x1 = two ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(nb, 1)))
+              : _mm512_setzero_ps();
+  }
+}
+
 template <DecKind K, bool CHAN>
 inline void BdDequantRow(const char* row, int64_t D, const float* cs, const float* co, float s,
                          float o, bool off, uint16_t* dst) {
@@ -458,28 +464,17 @@ inline void BdDequantRow(const char* row, int64_t D, const float* cs, const floa
     }
     return;
   }
-  if constexpr (K == DecKind::kI4) {
-    // Per-channel parameters: 32 nibbles widened to signed bytes in channel order at once
-    // (~11 operations per 32 channels; V::LoadI4 takes ~10 per 16), then the fp32 ops of BdDq16.
-    for (int64_t d = 0; d < D; d += 32) {
-      const __m512i w = BdNibbles(row, d, D);  // signed int4 values as 32 bytes (low 256 bits)
-      const __m256i nb = _mm512_castsi512_si256(w);
-      const auto half = [&](__m128i bytes, int64_t c) {
-        __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
-        if (off) x = _mm512_add_ps(x, CHAN ? _mm512_loadu_ps(co + c) : vo);
-        return _mm512_mul_ps(x, CHAN ? _mm512_loadu_ps(cs + c) : vs);
-      };
-      const __m512 x0 = half(_mm256_castsi256_si128(nb), d);
-      const __m512 x1 =
-          d + 32 <= D ? half(_mm256_extracti128_si256(nb, 1), d + 16) : _mm512_setzero_ps();
-      _mm512_storeu_si512(dst + d, BdWords(x1, x0));
-    }
-    return;
-  }
+  // (x + offset) * scale: the fp32 operations of attend-inl.h's DqAt in its order, so the
+  // values are the reference's before the rounding to the query dtype (bf16).
+  const auto dq = [&](__m512 x, int64_t c) {
+    if (off) x = _mm512_add_ps(x, CHAN ? _mm512_loadu_ps(co + c) : vo);
+    return _mm512_mul_ps(x, CHAN ? _mm512_loadu_ps(cs + c) : vs);
+  };
   for (int64_t d = 0; d < D; d += 32) {
-    const __m512 x0 = BdDq16<K, CHAN>(row, d, cs, co, vs, vo, off);
-    const __m512 x1 = d + 32 <= D ? BdDq16<K, CHAN>(row, d + 16, cs, co, vs, vo, off)
-                                  : _mm512_setzero_ps();
+    __m512 x0, x1;
+    BdCodes32<K>(row, d, D, &x0, &x1);
+    x0 = dq(x0, d);
+    if (d + 32 <= D) x1 = dq(x1, d + 16);  // else +0
     _mm512_storeu_si512(dst + d, BdWords(x1, x0));
   }
 }
@@ -675,6 +670,18 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
   if constexpr (!DOT) BdUnpermute32(out.acc, w.rows(), out.acc_stride, Dv);
 }
 
+template <bool DOT>
+inline void BdRunRows(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                      const RowStates& out, const uint16_t* qb, int64_t ldq, DecKind kk,
+                      DecKind vk) {
+  switch (w.head_rows()) {
+    case 1: return BdRun<1, DOT>(p, w, sc, out, qb, ldq, kk, vk);
+    case 2: return BdRun<2, DOT>(p, w, sc, out, qb, ldq, kk, vk);
+    case 4: return BdRun<4, DOT>(p, w, sc, out, qb, ldq, kk, vk);
+    default: return BdRun<8, DOT>(p, w, sc, out, qb, ldq, kk, vk);
+  }
+}
+
 inline bool Bf16DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc,
                           const RowStates& out) {
   DecKind kk, vk;
@@ -685,25 +692,15 @@ inline bool Bf16DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc
 #endif
   if (!Bf16DecodeCan(p, w, &kk, &vk) || sc.tmp - sc.kt < BdScratchFloats(p, w, kk, vk, dot))
     return false;
-  const int64_t ldq = (p.d_qk + 31) / 32 * 32;
+  const int64_t ldq = BdStageWords(p.d_qk);
   uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
   if (!BdPackQuery(p, w, ldq, qb)) return false;
 #if defined(OPENFIA_DECODE_BF16DOT)
   if (dot) {
-    switch (w.head_rows()) {
-      case 1: BdRun<1, true>(p, w, sc, out, qb, ldq, kk, vk); break;
-      case 2: BdRun<2, true>(p, w, sc, out, qb, ldq, kk, vk); break;
-      case 4: BdRun<4, true>(p, w, sc, out, qb, ldq, kk, vk); break;
-      default: BdRun<8, true>(p, w, sc, out, qb, ldq, kk, vk); break;
-    }
+    BdRunRows<true>(p, w, sc, out, qb, ldq, kk, vk);
     return true;
   }
 #endif
-  switch (w.head_rows()) {
-    case 1: BdRun<1, false>(p, w, sc, out, qb, ldq, kk, vk); break;
-    case 2: BdRun<2, false>(p, w, sc, out, qb, ldq, kk, vk); break;
-    case 4: BdRun<4, false>(p, w, sc, out, qb, ldq, kk, vk); break;
-    default: BdRun<8, false>(p, w, sc, out, qb, ldq, kk, vk); break;
-  }
+  BdRunRows<false>(p, w, sc, out, qb, ldq, kk, vk);
   return true;
 }
