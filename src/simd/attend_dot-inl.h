@@ -25,9 +25,10 @@
 //   - K / V subnormals (< 2^-126) and fp32 partial sums below 2^-126 contribute 0 instead of
 //     < 2^-126 x |other operand|.
 
-// Whether item rows can take dot tiles: the CPU prefers them (Bf16DotTiles), a bf16 query, every packed K / V / rope value a bf16
-// value (bf16 storage, or antiquant, which rounds to the query dtype), and query rows (fp32 in
-// q, rows x D at stride ldq) free of subnormal and non-finite values.
+// Whether item rows can take dot tiles: the CPU prefers them (Bf16DotTiles), a bf16 query,
+// every packed K / V / rope value a bf16 value (bf16 storage, or antiquant, which rounds to the
+// query dtype), and query rows (fp32 in q, rows x D at stride ldq) free of subnormal and
+// non-finite values.
 inline bool DotOperandOk(const Operand& o, const Dequant& dq) {
   return !o.present() || o.elem == Elem::kBF16 || dq.kind != Dequant::Kind::kNone;
 }
