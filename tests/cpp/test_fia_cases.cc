@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "case_list.h"
+#include "native_half.h"
 #include "openfia/openfia.h"
 
 namespace openfia::cases {
@@ -65,7 +66,7 @@ double UnitRoundoff(DType dt) {
 double Load(const TensorView& t, int64_t i) {
   switch (t.dtype) {
     case DType::kFloat32: return static_cast<const float*>(t.data)[i];
-    case DType::kFloat16: return static_cast<float>(static_cast<const _Float16*>(t.data)[i]);
+    case DType::kFloat16: return static_cast<float>(static_cast<const NativeHalf*>(t.data)[i]);
     case DType::kBFloat16: {
       const uint16_t h = static_cast<const uint16_t*>(t.data)[i];
       return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);

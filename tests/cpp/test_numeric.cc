@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/numeric.h"
+#include "native_half.h"
 #include "openfia/error.h"
 
 namespace openfia::internal {
@@ -153,7 +154,7 @@ TEST(NumericF16, DecodesAllPatterns) {
     ASSERT_TRUE(SameFloat(got, static_cast<float>(want))) << "h=0x" << std::hex << h;
     ASSERT_EQ(std::signbit(got), (h & 0x8000) != 0) << h;
 #ifdef __FLT16_MAX__
-    const _Float16 native = std::bit_cast<_Float16>(static_cast<uint16_t>(h));
+    const NativeHalf native = std::bit_cast<NativeHalf>(static_cast<uint16_t>(h));
     ASSERT_TRUE(SameFloat(got, static_cast<float>(native))) << h;
 #endif
   }
@@ -251,7 +252,7 @@ TEST(NumericF16, SweepMatchesNearestTableAndNative) {
     ASSERT_EQ(got, RefF32ToF16(f, Tie::kEvenCode)) << f;
     ASSERT_EQ(got_away, RefF32ToF16(f, Tie::kAway)) << f;
 #ifdef __FLT16_MAX__
-    ASSERT_EQ(got, std::bit_cast<uint16_t>(static_cast<_Float16>(f))) << f;
+    ASSERT_EQ(got, std::bit_cast<uint16_t>(static_cast<NativeHalf>(f))) << f;
 #endif
   });
 }

@@ -1,5 +1,6 @@
 // openfia test support: the shared case list and the inputs of one case (see case_list.h).
 #include "case_list.h"
+#include "native_half.h"
 
 #include <algorithm>
 #include <bit>
@@ -76,7 +77,7 @@ float FromBF16(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h
 double RoundTo(DType dt, double v) {
   switch (dt) {
     case DType::kFloat32: return static_cast<float>(v);
-    case DType::kFloat16: return static_cast<float>(static_cast<_Float16>(static_cast<float>(v)));
+    case DType::kFloat16: return static_cast<float>(static_cast<NativeHalf>(static_cast<float>(v)));
     case DType::kBFloat16: return FromBF16(ToBF16(static_cast<float>(v)));
     default: return v;
   }
@@ -86,7 +87,7 @@ void Put(void* base, DType dt, int64_t i, double v) {
   switch (dt) {
     case DType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); return;
     case DType::kFloat16:
-      static_cast<_Float16*>(base)[i] = static_cast<_Float16>(static_cast<float>(v));
+      static_cast<NativeHalf*>(base)[i] = static_cast<NativeHalf>(static_cast<float>(v));
       return;
     case DType::kBFloat16: static_cast<uint16_t*>(base)[i] = ToBF16(static_cast<float>(v)); return;
     case DType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); return;

@@ -1,0 +1,13 @@
+# Cross build for 64-bit ARM Linux (Debian: g++-aarch64-linux-gnu), tests run under user-mode
+# QEMU (Debian: qemu-user): `cmake --preset aarch64 && cmake --build build/aarch64 && ctest
+# --test-dir build/aarch64`. scripts/test_aarch64.sh installs both and runs that.
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+# ctest and gtest_discover_tests run the test binary through this.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
