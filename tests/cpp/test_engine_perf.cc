@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "openfia/runtime.h"
 #include "simd/scalar_convert.h"
+#include "test_sas_fixture.h"
 
 namespace openfia::internal {
 namespace {
@@ -196,6 +197,43 @@ TEST(EnginePerf, DISABLED_PrefillBf16CausalBr) {
   std::printf("prefill bf16 causal-br (%s, %d threads): %.2f ms, %.1f GFLOP/s (%.1f per core)\n",
               SimdTarget().c_str(), Threads(), ms, flops / ms / 1e6,
               flops / ms / 1e6 / Threads());
+}
+
+// SparseAttnSharedkv V1 of the benchmark (DeepSeek-V4 decode): B=16, S1=1, N=64, D=512, ori KV
+// 8192 (window 128), cmp_ratio 4 with 512 top-k entries, sinks, bf16. SAS_B / SAS_K2 override
+// the batch and the top-k. Prints time and GFLOP/s (2 GEMMs of 2 D flops per visible key).
+TEST(EnginePerf, DISABLED_SasDecodeV1) {
+  sas_test::SasFixture f;
+  const int64_t B = std::getenv("SAS_B") ? std::atoi(std::getenv("SAS_B")) : 16;
+  f.dtype = DType::kBFloat16;
+  f.n1 = 64;
+  f.d = 512;
+  f.q_len.assign(B, 1);
+  f.kv_len.assign(B, 8192);
+  f.bs1 = 128;
+  f.bs2 = 64;
+  f.ratio = 4;
+  f.k2 = std::getenv("SAS_K2") ? std::atoi(std::getenv("SAS_K2")) : 512;
+  f.lse = false;
+  f.poison = false;
+  f.scale = 1.0 / std::sqrt(512.0);
+  const SasArgs a = f.Build();
+  // Every row reads its whole window and top-k entries without -1 or repeats (as the benchmark).
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int32_t> all(8192 / 4);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), std::mt19937(static_cast<uint32_t>(b)));
+    for (int64_t n = 0; n < f.k2; ++n) f.idx[b * f.k2 + n] = all[n];
+  }
+  SetNumThreads(Threads());
+  f.Run(a);
+  const int reps = std::getenv("REPS") ? std::atoi(std::getenv("REPS")) : 10;
+  const double ms = BestMs([&] { f.Run(a); }, reps, Threads() == 1);
+  const double flops = 4.0 * B * f.n1 * (128 + f.k2) * f.d;
+  std::printf("sas decode B=%lld N=64 D=512 window 128 + top-%lld (%s, %d threads): %.3f ms, "
+              "%.1f GFLOP/s (%.1f per core)\n",
+              static_cast<long long>(B), static_cast<long long>(f.k2), SimdTarget().c_str(),
+              Threads(), ms, flops / ms / 1e6, flops / ms / 1e6 / Threads());
 }
 
 }  // namespace
