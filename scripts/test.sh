@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs openfia's dependencies, then builds and runs every test: C++ (GoogleTest, dev build and
-# release build, ASan+UBSan build, plus the scalar-only build) and Python (pytest against PyTorch).
+# release build, ASan+UBSan build, the scalar-only build, and an AArch64 cross build run under
+# user-mode QEMU: the NEON target) and Python (pytest against PyTorch).
 # Usage: scripts/test.sh            (OPENFIA_TIER=full for the full case list)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,12 @@ echo "== C++ tests (scalar-only build: no SIMD targets) =="
 cmake --preset scalar -DOPENFIA_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build/scalar -j"$JOBS"
 ctest --test-dir build/scalar -j"$JOBS" --output-on-failure
+
+echo "== C++ tests (AArch64 cross build under qemu-user: the NEON target) =="
+bash scripts/install_cross_deps.sh
+cmake --preset aarch64 >/dev/null
+cmake --build build/aarch64 -j"$JOBS"
+ctest --test-dir build/aarch64 -j"$JOBS" --output-on-failure
 
 echo "== C++ tests (ASan + UBSan) =="
 cmake --preset asan >/dev/null

@@ -1,6 +1,6 @@
 # Cross build for 64-bit ARM Linux (Debian: g++-aarch64-linux-gnu), tests run under user-mode
 # QEMU (Debian: qemu-user): `cmake --preset aarch64 && cmake --build build/aarch64 && ctest
-# --test-dir build/aarch64`. scripts/test_aarch64.sh installs both and runs that.
+# --test-dir build/aarch64`. scripts/install_cross_deps.sh installs both (scripts/test.sh runs this build).
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)

@@ -10,11 +10,19 @@ namespace openfia::internal {
 namespace {
 
 // Targets in increasing order; a cap admits every target up to and including it. A target with no
-// kernels of its own (avx512fp16) runs the best table below it.
+// kernels of its own (avx512fp16 on x86, sve on AArch64) runs the best table below it.
 // amx (AMX-TILE + AMX-BF16 tile matmuls for bf16 prefill, AVX-512 for everything else) comes last:
 // only an explicit "amx" or "best" cap admits it.
+#if defined(__aarch64__)
+constexpr const char* kOrder[] = {"scalar", "neon", "sve"};
+constexpr int kNumTargets = 3;
+// Names of the other architecture's targets: a cap naming one admits the portable target only.
+constexpr const char* kForeign[] = {"avx2", "avx512", "avx512bf16", "avx512fp16", "amx"};
+#else
 constexpr const char* kOrder[] = {"scalar", "avx2", "avx512", "avx512bf16", "avx512fp16", "amx"};
 constexpr int kNumTargets = 6;
+constexpr const char* kForeign[] = {"neon", "sve"};
+#endif
 
 bool CpuHas(int t) {
 #if defined(__x86_64__) || defined(_M_X64)
@@ -32,12 +40,17 @@ bool CpuHas(int t) {
       return CpuHas(3) && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
   }
   return false;
+#elif defined(__aarch64__)
+  return t <= 1;  // Advanced SIMD is part of every AArch64 CPU; SVE has no table of its own
 #else
   return t == 0;
 #endif
 }
 
 const KernelTable* Table(int t) {
+#if defined(__aarch64__)
+  return t == 0 ? ScalarKernels() : t == 1 ? NeonKernels() : nullptr;
+#else
   switch (t) {
     case 0: return ScalarKernels();
     case 1: return Avx2Kernels();
@@ -46,6 +59,7 @@ const KernelTable* Table(int t) {
     case 5: return AmxKernels();  // null also when the OS refuses tile data
     default: return nullptr;
   }
+#endif
 }
 
 int CapIndex() {
@@ -53,9 +67,11 @@ int CapIndex() {
   if (cap.empty() || cap == "best") return kNumTargets - 1;
   for (int t = 0; t < kNumTargets; ++t)
     if (cap == kOrder[t]) return t;
-  // An ARM target name on x86 (or any name this build does not know) caps to scalar only when it
-  // is a known architecture-neutral word; anything else is a user error.
-  OPENFIA_CHECK(cap == "neon" || cap == "sve", "OPENFIA_SIMD / SetSimdCap",
+  // The other architecture's target names cap to scalar (a script written for one machine runs
+  // on the other); anything else is a user error.
+  bool foreign = false;
+  for (const char* f : kForeign) foreign = foreign || cap == f;
+  OPENFIA_CHECK(foreign, "OPENFIA_SIMD / SetSimdCap",
                 "must be one of scalar, avx2, avx512, avx512bf16, avx512fp16, amx, neon, sve, best",
                 cap);
   return 0;

@@ -37,6 +37,11 @@ inline bool ScaleRow(const float* acc, int64_t n, float factor, float denom, Ele
   }
 }
 
+#if defined(__aarch64__)
+#define OPENFIA_VREG "+w"  // an FP / SIMD register
+#else
+#define OPENFIA_VREG "+v"
+#endif
 // dst[d] += ws * src[d] for d < n (the split merge's weighted sum). The empty asm statements
 // keep the compiler from fusing the product and the sum into one FMA (GCC contracts across
 // intrinsics and scalar code alike where the target has FMA), which rounds once instead of twice.
@@ -46,12 +51,13 @@ inline void Axpy(float ws, const float* src, float* dst, int64_t n) {
   int64_t d = 0;
   for (; d + W <= n; d += W) {
     typename V::T prod = V::Mul(w, V::Load(src + d));
-    asm("" : "+v"(prod));
+    asm("" : OPENFIA_VREG(prod));
     V::Store(dst + d, V::Add(V::Load(dst + d), prod));
   }
   for (; d < n; ++d) {
     float prod = ws * src[d];
-    asm("" : "+v"(prod));
+    asm("" : OPENFIA_VREG(prod));
     dst[d] += prod;
   }
 }
+#undef OPENFIA_VREG

@@ -141,6 +141,9 @@ const KernelTable* AmxKernels();
 // not compiled). For tests that must prove the tile path ran.
 bool AmxRunsItem(const Problem& p, const WorkItem& w);
 
+// AArch64 Advanced SIMD (kernels_neon.cc): the generic loop on 4 f32 lanes; nullptr off AArch64.
+const KernelTable* NeonKernels();
+
 // The best table allowed by the CPU and the cap (throws openfia::Error for an unknown cap).
 const KernelTable& ActiveKernels();
 // Table of a named target if it is compiled and the CPU runs it, else nullptr (for tests).

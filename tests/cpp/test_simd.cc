@@ -28,7 +28,7 @@ double UlpError(float got, double exact) {
 }
 
 TEST(SimdExp, FewUlpOverTheSoftmaxRange) {
-  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16"}) {
+  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon"}) {
     const KernelTable* k = KernelsFor(t);
     if (!k) continue;
     std::vector<float> x, y;
@@ -50,7 +50,7 @@ TEST(SimdExp, FewUlpOverTheSoftmaxRange) {
 }
 
 TEST(SimdExp, SpecialValues) {
-  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16"}) {
+  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon"}) {
     const KernelTable* k = KernelsFor(t);
     if (!k) continue;
     const float inf = std::numeric_limits<float>::infinity();
@@ -68,7 +68,7 @@ TEST(SimdExp, SpecialValues) {
 // 0 below, never a subnormal (a subnormal result costs a microcode assist on some CPUs), NaN
 // kept, exp(0) exactly 1.
 TEST(SimdExp, ProbabilityExpFewUlpAndNeverSubnormal) {
-  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16"}) {
+  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon"}) {
     const KernelTable* k = KernelsFor(t);
     if (!k) continue;
     std::vector<float> x, y;
@@ -155,7 +155,7 @@ TEST(SimdRows, ScaleRowAndAxpyMatchTheScalarLoops) {
   }
   const int64_t n_all = static_cast<int64_t>(acc.size());
   int tables = 0;
-  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "amx"}) {
+  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "amx", "neon"}) {
     const KernelTable* k = KernelsFor(t);
     if (!k) continue;
     if (!k->scale_row) {
@@ -206,12 +206,24 @@ TEST(SimdTarget, CapSelectsAndValidates) {
   const std::string best = SimdTarget();
   SetSimdCap("scalar");
   EXPECT_EQ(SimdTarget(), "scalar");
+#if defined(__aarch64__)
+  SetSimdCap("avx512");  // another architecture's name caps to the portable target
+  EXPECT_EQ(SimdTarget(), "scalar");
+  SetSimdCap("neon");
+  EXPECT_EQ(SimdTarget(), "neon");
+  SetSimdCap("sve");  // no table of its own: the best below it
+  EXPECT_EQ(SimdTarget(), "neon");
+#else
   SetSimdCap("neon");  // another architecture's name caps to the portable target
   EXPECT_EQ(SimdTarget(), "scalar");
+#endif
   SetSimdCap("avx9000");
   EXPECT_THROW(SimdTarget(), Error);
   SetSimdCap("");
   EXPECT_EQ(SimdTarget(), best);
+#if defined(__aarch64__)
+  EXPECT_EQ(best, "neon");  // every AArch64 CPU has Advanced SIMD
+#endif
   if (KernelsFor("amx")) EXPECT_EQ(best, "amx");
   else if (KernelsFor("avx512bf16")) EXPECT_EQ(best, "avx512bf16");
   else if (KernelsFor("avx512")) EXPECT_EQ(best, "avx512");
