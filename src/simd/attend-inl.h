@@ -904,7 +904,9 @@ inline Elem FastElem(const KvOperand& kv, const uint8_t* pre) {
   return (pre[0] ? kv.prefix : kv.cache).elem;
 }
 
-#if defined(OPENFIA_ATTEND_BF16DOT)
+#if defined(OPENFIA_ATTEND_BF16DOT) && defined(__aarch64__)
+#include "simd/attend_dot_neon-inl.h"
+#elif defined(OPENFIA_ATTEND_BF16DOT)
 #include "simd/attend_dot-inl.h"
 #endif
 #include "simd/attend_fullquant-inl.h"

@@ -143,6 +143,12 @@ bool AmxRunsItem(const Problem& p, const WorkItem& w);
 
 // AArch64 Advanced SIMD (kernels_neon.cc): the generic loop on 4 f32 lanes; nullptr off AArch64.
 const KernelTable* NeonKernels();
+// AArch64 Advanced SIMD + FEAT_BF16 (kernels_neonbf16.cc): the NEON loop with BFDOT dot tiles for
+// bf16 items (attend_dot_neon-inl.h); nullptr off AArch64 or where the compiler lacks +bf16.
+const KernelTable* NeonBf16Kernels();
+// Whether the neonbf16 table runs the packed tiles of item `w` of `p` as dot tiles (false when
+// it is not compiled or the CPU lacks BF16). For tests that must prove dot tiles ran.
+bool NeonBf16DotRunsItem(const Problem& p, const WorkItem& w);
 
 // The best table allowed by the CPU and the cap (throws openfia::Error for an unknown cap).
 const KernelTable& ActiveKernels();

@@ -40,7 +40,7 @@ struct SettingsGuard {
 
 inline std::vector<std::string> Targets() {
   std::vector<std::string> t;
-  for (const char* name : {"scalar", "avx2", "avx512", "avx512bf16", "amx"})
+  for (const char* name : {"scalar", "avx2", "avx512", "avx512bf16", "amx", "neon", "neonbf16"})
     if (KernelsFor(name)) t.push_back(name);
   return t;
 }

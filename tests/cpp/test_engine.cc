@@ -649,6 +649,8 @@ TEST(Engine, Bf16DotTiles) {
       SetSimdCap("avx512bf16");
       EXPECT_GT(CountItems(c.problem(), Avx512Bf16DotRunsItem), 0) << "case " << seed;
     }
+    if (KernelsFor("neonbf16"))  // the best table on an AArch64 CPU with BF16
+      EXPECT_GT(CountItems(c.problem(), NeonBf16DotRunsItem), 0) << "case " << seed;
     RunCase(s, quantize, !g.quant);
   }
 }

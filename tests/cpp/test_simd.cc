@@ -28,7 +28,7 @@ double UlpError(float got, double exact) {
 }
 
 TEST(SimdExp, FewUlpOverTheSoftmaxRange) {
-  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon"}) {
+  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon", "neonbf16"}) {
     const KernelTable* k = KernelsFor(t);
     if (!k) continue;
     std::vector<float> x, y;
@@ -50,7 +50,7 @@ TEST(SimdExp, FewUlpOverTheSoftmaxRange) {
 }
 
 TEST(SimdExp, SpecialValues) {
-  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon"}) {
+  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon", "neonbf16"}) {
     const KernelTable* k = KernelsFor(t);
     if (!k) continue;
     const float inf = std::numeric_limits<float>::infinity();
@@ -68,7 +68,7 @@ TEST(SimdExp, SpecialValues) {
 // 0 below, never a subnormal (a subnormal result costs a microcode assist on some CPUs), NaN
 // kept, exp(0) exactly 1.
 TEST(SimdExp, ProbabilityExpFewUlpAndNeverSubnormal) {
-  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon"}) {
+  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon", "neonbf16"}) {
     const KernelTable* k = KernelsFor(t);
     if (!k) continue;
     std::vector<float> x, y;
@@ -155,7 +155,7 @@ TEST(SimdRows, ScaleRowAndAxpyMatchTheScalarLoops) {
   }
   const int64_t n_all = static_cast<int64_t>(acc.size());
   int tables = 0;
-  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "amx", "neon"}) {
+  for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "amx", "neon", "neonbf16"}) {
     const KernelTable* k = KernelsFor(t);
     if (!k) continue;
     if (!k->scale_row) {
@@ -212,7 +212,7 @@ TEST(SimdTarget, CapSelectsAndValidates) {
   SetSimdCap("neon");
   EXPECT_EQ(SimdTarget(), "neon");
   SetSimdCap("sve");  // no table of its own: the best below it
-  EXPECT_EQ(SimdTarget(), "neon");
+  EXPECT_EQ(SimdTarget(), KernelsFor("neonbf16") ? "neonbf16" : "neon");
 #else
   SetSimdCap("neon");  // another architecture's name caps to the portable target
   EXPECT_EQ(SimdTarget(), "scalar");
@@ -222,7 +222,8 @@ TEST(SimdTarget, CapSelectsAndValidates) {
   SetSimdCap("");
   EXPECT_EQ(SimdTarget(), best);
 #if defined(__aarch64__)
-  EXPECT_EQ(best, "neon");  // every AArch64 CPU has Advanced SIMD
+  // Every AArch64 CPU has Advanced SIMD; BFDOT where the CPU reports BF16.
+  EXPECT_EQ(best, KernelsFor("neonbf16") ? "neonbf16" : "neon");
 #endif
   if (KernelsFor("amx")) EXPECT_EQ(best, "amx");
   else if (KernelsFor("avx512bf16")) EXPECT_EQ(best, "avx512bf16");
@@ -240,6 +241,8 @@ TEST(SimdTarget, Bf16DotTilesFollowTheVendorAndTheCap) {
   SetSimdCap("avx512");
   EXPECT_EQ(Bf16DotTiles(), __builtin_cpu_is("amd") != 0);
   SetSimdCap("");
+#elif defined(__aarch64__)
+  EXPECT_TRUE(Bf16DotTiles());  // BFDOT wherever the neonbf16 table runs (dispatch.cc)
 #else
   EXPECT_FALSE(Bf16DotTiles());
 #endif
