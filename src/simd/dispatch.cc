@@ -3,6 +3,9 @@
 
 #if defined(__aarch64__)
 #include <sys/auxv.h>
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1 << 14)  // Linux's bit (arch/arm64/include/uapi/asm/hwcap.h)
+#endif
 #endif
 
 #include "common/check.h"
