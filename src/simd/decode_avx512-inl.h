@@ -35,8 +35,8 @@
 //   - Q: an item whose query holds a subnormal or non-finite value is declined (BdQueryOk: an
 //     infinite q meeting a subnormal k must give inf, not 0 x inf = NaN).
 //   - P: a subnormal P (exp below 2^-126) reads as 0 against finite values, which vanishes
-//     against l >= 1; a chunk whose value rows hold a non-finite value runs the fp32 FMA of the
-//     AVX2 kernel instead (BdPvExact: a tiny P times inf must stay inf, and 0 x inf NaN).
+//     against l >= 1; the channels of a P V block whose value rows hold a non-finite value run
+//     fp32 FMAs instead (BdPvExact: a tiny P times inf must stay inf, and 0 x inf NaN).
 //   - K / V subnormals (< 2^-126) contribute 0 instead of < 2^-126 x |other operand|.
 //
 // Memory order as in the AVX2 kernel: token after token across the item's KV heads (score
@@ -47,7 +47,7 @@
 // int8 / int4 K or V (the vector antiquants of DecOperandKind): each score block's keys and each
 // P V chunk's values are dequantized into a few bf16 rows in L1 (BdStageRows: (x + offset) *
 // scale in fp32 as the reference computes it, rounded to bf16 by VCVTNE2PS2BF16), which the
-// same blocks then read; the chunk's Inf / NaN scan runs on the dequantized rows. D2's shape
+// same blocks then read; the P V blocks' Inf / NaN scan reads the dequantized rows. D2's shape
 // (int8, per-token scale + offset) one thread 14.7 -> 9.6 ms on the Intel VM of session 12
 // (the AVX2 kernel had run it), where VDPBF16PS, at half the FMA's rate, bounds it.
 //
@@ -212,24 +212,34 @@ inline void BdSoftmax(float* st, uint16_t* ph, int64_t R, int64_t nk, float scal
   }
 }
 
-// Whether value rows [n0, n1) (Dv channels) are free of infinities and NaNs: a bf16 value u is
-// not finite when u | 0x807F is 0xFFFF (every exponent bit set), the unsigned maximum.
-inline bool BdRowsFinite(const char* const* vr, int64_t n0, int64_t n1, int64_t Dv) {
-  const __m512i fill = _mm512_set1_epi16(static_cast<int16_t>(0x807F));
-  __m512i hi = _mm512_setzero_si512();
-  for (int64_t n = n0; n < n1; ++n)
-    for (int64_t d = 0; d < Dv; d += 32)
-      hi = _mm512_max_epu16(hi, _mm512_or_si512(BdLoad32(vr[n], d, Dv), fill));
-  return _mm512_cmpeq_epi16_mask(hi, _mm512_set1_epi16(-1)) == 0;
+// acc (R rows) channels [c0, c1) += P V over keys [n0, n1) as fp32 FMAs of the fp32 P, key after
+// key (value rows with a non-finite value: a subnormal P must still meet it).
+inline void BdPvExact(const float* st, int64_t R, const char* const* vr, int64_t n0, int64_t n1,
+                      int64_t c0, int64_t c1, float* acc, int64_t lda) {
+  for (int64_t r = 0; r < R; ++r) {
+    float* a = acc + r * lda;
+    for (int64_t n = n0; n < n1; ++n) {
+      const __m512 pb = _mm512_set1_ps(st[r * TN + n]);
+      const uint16_t* v = reinterpret_cast<const uint16_t*>(vr[n]);
+      for (int64_t d = c0; d < c1; d += 16)
+        _mm512_storeu_ps(a + d, _mm512_fmadd_ps(pb, V::LoadBF16(v + d), _mm512_loadu_ps(a + d)));
+    }
+  }
 }
 
 #if defined(OPENFIA_DECODE_BF16DOT)
 // acc rows [0, R) x channel groups [g0, g0 + NC) (16 channels each) += P V over the key pairs
 // (n, n + 1), n = n0, n0 + 2, .. < n1: value rows vr[n], P pair words of row r at pw + r TN / 2.
+// The Inf / NaN scan of the values rides on the loads (a bf16 u is not finite when u | 0x807F
+// is 0xFFFF, the unsigned maximum): false, and acc untouched, when one of the block's values is not
+// finite (the caller runs BdPvExact on its channels). A separate scan before the products took
+// 16% of D1's time in cache on Zen 4 (it paid the rows' first-touch misses).
 template <int R, int NC>
-__attribute__((always_inline)) inline void BdPvBlock(const uint32_t* pw, const char* const* vr,
+__attribute__((always_inline)) inline bool BdPvBlock(const uint32_t* pw, const char* const* vr,
                                                      int64_t n0, int64_t n1, int64_t g0,
                                                      float* acc, int64_t lda) {
+  const __m512i fill = _mm512_set1_epi16(static_cast<int16_t>(0x807F));
+  __m512i top = _mm512_setzero_si512();
   // Word i of the result: (a[i], b[i]) (lo: channels 0..15 of a 32-channel load; hi: 16..31).
   const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
                                       8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
@@ -255,6 +265,7 @@ __attribute__((always_inline)) inline void BdPvBlock(const uint32_t* pw, const c
                                            24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
                                            16, 0);
       const __m512i pv = _mm512_permutexvar_epi16(idx, x);
+      top = _mm512_max_epu16(top, _mm512_or_si512(x, fill));
       OPENFIA_UNROLL
       for (int r = 0; r < R; ++r) a[r][0] = _mm512_dpbf16_ps(a[r][0], BdBh(pv), BdBh(pp[r]));
     } else {
@@ -264,6 +275,8 @@ __attribute__((always_inline)) inline void BdPvBlock(const uint32_t* pw, const c
         const __m512i x0 = _mm512_loadu_si512(v0 + 32 * j), x1 = _mm512_loadu_si512(v1 + 32 * j);
         const __m512i pl = _mm512_permutex2var_epi16(x0, lo, x1);
         const __m512i ph = _mm512_permutex2var_epi16(x0, hi, x1);
+        top = _mm512_max_epu16(top, _mm512_max_epu16(_mm512_or_si512(x0, fill),
+                                                     _mm512_or_si512(x1, fill)));
         OPENFIA_UNROLL
         for (int r = 0; r < R; ++r) {
           a[r][j] = _mm512_dpbf16_ps(a[r][j], BdBh(pl), BdBh(pp[r]));
@@ -272,24 +285,32 @@ __attribute__((always_inline)) inline void BdPvBlock(const uint32_t* pw, const c
       }
     }
   }
+  if (_mm512_cmpeq_epi16_mask(top, _mm512_set1_epi16(-1)) != 0) return false;
   OPENFIA_UNROLL
   for (int r = 0; r < R; ++r)
     OPENFIA_UNROLL
     for (int j = 0; j < NC; ++j) _mm512_storeu_ps(acc + r * lda + 16 * (g0 + j), a[r][j]);
+  return true;
 }
 
 // acc (R rows of one head) += P V over keys [n0, n1) (n1 - n0 even; rows past the tile's keys
-// are zero rows with P = 0): 16 accumulators per block.
+// are zero rows with P = 0): 16 accumulators per block; a block whose values hold an Inf or NaN
+// runs BdPvExact on its channels over the chunk's keys [n0, ne) with the fp32 P st.
 template <int R>
-inline void BdPv(const uint32_t* pw, const char* const* vr, int64_t n0, int64_t n1, int64_t Dv,
-                 float* acc, int64_t lda) {
+inline void BdPv(const uint32_t* pw, const float* st, const char* const* vr, int64_t n0,
+                 int64_t ne, int64_t n1, int64_t Dv, float* acc, int64_t lda) {
   constexpr int NC = 16 / R;
   const int64_t ng = Dv / 16;
   int64_t g = 0;
-  for (; g + NC <= ng; g += NC) BdPvBlock<R, NC>(pw, vr, n0, n1, g, acc, lda);
+  for (; g + NC <= ng; g += NC)
+    if (!BdPvBlock<R, NC>(pw, vr, n0, n1, g, acc, lda))
+      BdPvExact(st, R, vr, n0, ne, 16 * g, 16 * (g + NC), acc, lda);
   if constexpr (NC > 2)
-    for (; g + 2 <= ng; g += 2) BdPvBlock<R, 2>(pw, vr, n0, n1, g, acc, lda);
-  if (g < ng) BdPvBlock<R, 1>(pw, vr, n0, n1, g, acc, lda);
+    for (; g + 2 <= ng; g += 2)
+      if (!BdPvBlock<R, 2>(pw, vr, n0, n1, g, acc, lda))
+        BdPvExact(st, R, vr, n0, ne, 16 * g, 16 * (g + 2), acc, lda);
+  if (g < ng && !BdPvBlock<R, 1>(pw, vr, n0, n1, g, acc, lda))
+    BdPvExact(st, R, vr, n0, ne, 16 * g, 16 * (g + 1), acc, lda);
 }
 
 #endif
@@ -376,21 +397,6 @@ inline void BdUnpermute32(float* acc, int64_t rows, int64_t lda, int64_t Dv) {
       const __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
       _mm256_storeu_ps(a + c, _mm256_permute2f128_ps(lo, hi, 0x20));
       _mm256_storeu_ps(a + c + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
-    }
-  }
-}
-
-// acc (R rows) += P V over keys [n0, n1) as fp32 FMAs of the fp32 P, key after key (value rows
-// with a non-finite value: a subnormal P must still meet it).
-inline void BdPvExact(const float* st, int64_t R, const char* const* vr, int64_t n0, int64_t n1,
-                      int64_t Dv, float* acc, int64_t lda) {
-  for (int64_t r = 0; r < R; ++r) {
-    float* a = acc + r * lda;
-    for (int64_t n = n0; n < n1; ++n) {
-      const __m512 pb = _mm512_set1_ps(st[r * TN + n]);
-      const uint16_t* v = reinterpret_cast<const uint16_t*>(vr[n]);
-      for (int64_t d = 0; d < Dv; d += 16)
-        _mm512_storeu_ps(a + d, _mm512_fmadd_ps(pb, V::LoadBF16(v + d), _mm512_loadu_ps(a + d)));
     }
   }
 }
@@ -652,10 +658,8 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
         }
 #if defined(OPENFIA_DECODE_BF16DOT)
         if constexpr (DOT) {
-          if (BdRowsFinite(vr, n0, n1, Dv))
-            BdPv<R>(pw + x * R * TN / 2, vr, n0, n2, Dv, acc, out.acc_stride);
-          else
-            BdPvExact(st + x * R * TN, R, vr, n0, n1, Dv, acc, out.acc_stride);
+          BdPv<R>(pw + x * R * TN / 2, st + x * R * TN, vr, n0, n1, n2, Dv, acc,
+                  out.acc_stride);
           continue;
         }
 #endif

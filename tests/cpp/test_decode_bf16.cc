@@ -101,6 +101,45 @@ TEST(DecodeBf16, NonFiniteValues) {
   }
 }
 
+// An +inf value at keys whose probability is exp(-90) ~ 8e-40, a subnormal even in bf16: the
+// output is +inf there, as in the reference. VDPBF16PS reads a subnormal P as 0 (0 x inf = NaN),
+// so the P V blocks whose values hold the infinity must run the fp32 products (BdPvExact) on
+// their channels; the other channels keep VDPBF16PS. Query rows of KV head 0 are e_0 (channel 0
+// one, the rest zero); key j0's channel 0 makes its scaled score 90 above every other key's 0.
+TEST(DecodeBf16, InfiniteValueMeetsATinyProbability) {
+  const bool bf16 = KernelsFor("avx512bf16") != nullptr;
+  for (int64_t d : {64, 48}) {
+    CaseSpec s;
+    s.oe = Elem::kF32;
+    s.h_q = 8;
+    s.h_kv = 2;
+    s.d_qk = s.d_v = d;
+    s.block = 32;
+    s.batch = 1;
+    s.q_len = {1};
+    s.kv_len = {300};
+    s.scale = 0.125;
+    s.seed = 60 + d;
+    Case c(s);
+    if (bf16) EXPECT_GT(Bf16DecodeItems(c.problem()), 0);
+    RunCase(s, [d](Case& c) {
+      Problem& p = c.problem();
+      const auto words = [](const Operand& o) {
+        return const_cast<uint16_t*>(static_cast<const uint16_t*>(o.Base(0)));
+      };
+      for (int64_t h = 0; h < 4; ++h)  // the query heads of KV head 0
+        for (int64_t c0 = 0; c0 < d; ++c0)
+          words(p.q)[p.q.Offset(0, h, p.q_begin[0], c0)] = c0 == 0 ? 0x3F80 : 0;  // 1, 0
+      const auto row = [&](const Operand& o, int64_t j, int64_t c0) {
+        return o.Offset(p.block_table[j / p.block_size], 0, j % p.block_size, c0);
+      };
+      for (int64_t j = 0; j < 300; ++j) words(p.k.cache)[row(p.k.cache, j, 0)] = 0;
+      words(p.k.cache)[row(p.k.cache, 77, 0)] = 0x4434;  // 720: 720 x 0.125 = 90
+      for (int64_t j : {5, 140, 299}) words(p.v.cache)[row(p.v.cache, j, j % d)] = 0x7F80;
+    }, false);
+  }
+}
+
 // int8 / int4 K and V dequantized to bf16 rows per score block and P V chunk (BdStageRows):
 // every antiquant granularity the kernel takes, with and without offsets, paged (odd blocks)
 // and contiguous, 1, 2, 4 and 8 rows per KV head, d % 32 == 16 (the staged rows' zero half),
