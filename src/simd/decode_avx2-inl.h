@@ -180,6 +180,31 @@ inline void DecDequantRows(const DecTile& t, const DecDq& dq, int64_t hk, int64_
       vs = _mm256_set1_ps(s);
       vo = _mm256_set1_ps(o);
       fin = std::isfinite(s) && std::isfinite(o);
+      if constexpr (K == DecKind::kI4) {
+        // A row with one scale and offset holds at most 16 values: dequantize the 16 nibbles
+        // once (the same DecDequant, so each entry is bitwise what the channel loop computes)
+        // and look every channel up (two VPERMPS on the nibble's low 3 bits, a blend on bit 3):
+        // 6 operations per 8 channels instead of ~16.
+        const __m256 lo_x = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256 hi_x = _mm256_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1);
+        __m256 tlo, thi;
+        if (QE == Elem::kBF16 && fin) {
+          tlo = DecDequant<OFF, QE, true>(lo_x, vs, vo);
+          thi = DecDequant<OFF, QE, true>(hi_x, vs, vo);
+        } else {
+          tlo = DecDequant<OFF, QE, false>(lo_x, vs, vo);
+          thi = DecDequant<OFF, QE, false>(hi_x, vs, vo);
+        }
+        const auto* bytes = reinterpret_cast<const uint8_t*>(row);
+        for (int64_t d = 0; d < Dv; d += 8) {
+          const __m256i idx = V::NibbleLanes(bytes + d / 2);
+          const __m256 a = _mm256_permutevar8x32_ps(tlo, idx);
+          const __m256 b = _mm256_permutevar8x32_ps(thi, idx);
+          _mm256_storeu_ps(dst + d, _mm256_blendv_ps(a, b, _mm256_castsi256_ps(
+                                                              _mm256_slli_epi32(idx, 28))));
+        }
+        continue;
+      }
     }
     if (QE == Elem::kBF16 && fin) row_of.template operator()<true>(row, dst, vs, vo);
     else row_of.template operator()<false>(row, dst, vs, vo);

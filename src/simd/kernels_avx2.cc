@@ -130,13 +130,17 @@ struct V {
   static T LoadI8(const int8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
-  static T LoadI4(const uint8_t* p) {
+  // Channel 2i is the low nibble of byte i, 2i + 1 the high one. The 4 bytes broadcast to every
+  // lane, lane c shifted right by 4c (VPSRLVD) holds channel c's nibble in its low bits, then
+  // sign-extended from 4 bits: 5 operations instead of 9 (zero-extend to 16 bits, two shift
+  // pairs, unpack, sign-extend to 32).
+  static __m256i NibbleLanes(const uint8_t* p) {
     int32_t b;
     std::memcpy(&b, p, 4);
-    const __m128i w = _mm_cvtepu8_epi16(_mm_cvtsi32_si128(b));
-    const __m128i lo = _mm_srai_epi16(_mm_slli_epi16(w, 12), 12);
-    const __m128i hi = _mm_srai_epi16(_mm_slli_epi16(w, 8), 12);
-    return _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_unpacklo_epi16(lo, hi)));
+    return _mm256_srlv_epi32(_mm256_set1_epi32(b), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+  }
+  static T LoadI4(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(NibbleLanes(p), 28), 28));
   }
   static T LoadBF16(const uint16_t* p) {
     const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
