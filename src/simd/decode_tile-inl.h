@@ -58,7 +58,7 @@ inline bool DecodeCan(const Problem& p, const WorkItem& w, DecKind* kk = nullptr
 struct DecDq {
   const Dequant* dq = nullptr;
   bool has_off = false, per_chan = false;
-  bool chan_finite = true;  // per-channel: every scale and offset finite (DecDequant's FIN)
+  bool chan_fast = false;  // per-channel: every channel's values in the AVX2 kernel's fast range
   const float* chan = nullptr;  // [n_hk][2][D]: scale, offset (per-channel only)
   int64_t D = 0;
 
@@ -76,7 +76,6 @@ struct DecDq {
       }
     }
     chan = buf;
-    for (int64_t i = 0; i < 2 * n_hk * dim; ++i) chan_finite = chan_finite && std::isfinite(buf[i]);
   }
   // Scale and offset of the row at antiquant coordinates c (storage b, s) of KV head h.
   void Row(const int64_t* c, int64_t h, float* scale, float* offset) const {

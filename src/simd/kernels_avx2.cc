@@ -1,4 +1,5 @@
 // openfia: the AVX2 + FMA + F16C target: 8 f32 lanes.
+#include <bit>
 #include <algorithm>
 #include <cmath>
 #include <cstring>

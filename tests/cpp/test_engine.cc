@@ -557,6 +557,74 @@ TEST(Engine, Avx2DecodeNonFiniteAntiquant) {
   }
 }
 
+// Antiquant values of 2^111 and more (finite): the AVX2 decode kernel's fast bf16 rounding
+// (Veltkamp's split, decode_avx2-inl.h) would overflow there and give NaN, so it must fall back to
+// the integer rounding for such a row (per-token parameters) or item (per-channel). Without the
+// range check (DecFastRange) every variant's output holds NaN where the reference's is finite.
+TEST(Engine, Avx2DecodeHugeAntiquantValues) {
+  const bool avx2 = KernelsFor("avx2") != nullptr;
+  using K = Dequant::Kind;
+  for (int variant : {1, 2}) {
+    CaseSpec s;
+    s.h_q = 16;
+    s.h_kv = 4;
+    s.d_qk = 64;
+    s.d_v = 32;
+    s.batch = 2;
+    s.q_len = {1, 1};
+    s.kv_len = {150, 70};
+    s.seed = 51 + variant;
+    s.oe = Elem::kF32;  // the outlier's term dominates its rows: keep the output unrounded
+    const bool per_channel = variant == 1;
+    const Elem e = per_channel ? Elem::kI4 : Elem::kI8;
+    const K kind = per_channel ? K::kPerChannel : K::kPerToken;
+    const auto enlarge = [&](Problem& p) {
+      // Scales are bf16 (Quantize); values stay finite in fp32 and in the bf16 rounding.
+      uint16_t* ks = static_cast<uint16_t*>(const_cast<void*>(p.k.dequant.scale));
+      uint16_t* vs = static_cast<uint16_t*>(const_cast<void*>(p.v.dequant.scale));
+      const int64_t ns = p.k.dequant.sb;  // storage tokens per batch (contiguous cache)
+      if (variant == 0) {
+        cvt::Store(vs, Elem::kBF16, 1 * ns + 33, 1e36f);  // batch 1, token 33: |V| up to ~1.3e38
+      } else if (variant == 1) {
+        cvt::Store(ks, Elem::kBF16, 2 * s.d_qk + 9, 2e33f);  // KV head 2, channel 9: |K| ~1.6e34
+      } else {
+        cvt::Store(ks, Elem::kBF16, 0 * ns + 100, 1e32f);  // batch 0, token 100: |K| ~1.3e34
+      }
+    };
+    RunQuantizedDecode(s, e, kind, kind, true, true, Avx2DecodeItems, avx2, enlarge);
+  }
+  // A value row of ~1e36 (int8, per-token scale): its term dominates the rows it meets, beyond
+  // the tolerance model's fp32 error (RunCase), so this checks only that the kernel's output is
+  // finite there, as the reference's is (the split would give NaN).
+  if (!avx2) return;
+  CaseSpec s;
+  s.h_q = 16;
+  s.h_kv = 4;
+  s.d_qk = 64;
+  s.d_v = 32;
+  s.batch = 2;
+  s.q_len = {1, 1};
+  s.kv_len = {150, 70};
+  s.seed = 50;
+  s.oe = Elem::kF32;
+  SettingsGuard guard;
+  std::vector<std::vector<uint8_t>> keep;
+  Case c(s);
+  std::mt19937 rng(s.seed);
+  Problem& p = c.problem();
+  Quantize(p, p.k, s.d_qk, Elem::kI8, K::kPerToken, true, 1.f, keep, rng);
+  Quantize(p, p.v, s.d_v, Elem::kI8, K::kPerToken, true, 1.f, keep, rng);
+  cvt::Store(const_cast<void*>(p.v.dequant.scale), Elem::kBF16, 1 * p.v.dequant.sb + 33, 1e36f);
+  ASSERT_GT(Avx2DecodeItems(p), 0);
+  SetSimdCap("avx2");
+  c.ResetOutputs();
+  RunEngine(p);
+  const float* out = reinterpret_cast<const float*>(c.out());
+  int64_t finite = 0;
+  for (size_t i = 0; i < c.out_bytes() / 4; ++i) finite += std::isfinite(out[i]);
+  EXPECT_EQ(finite, static_cast<int64_t>(c.out_bytes() / 4));
+}
+
 // A value of +inf at a key whose score is ~90 below the row maximum: its probability exp(-90) ~
 // 8e-40 is tiny but not zero (in bf16 too), so the output is +inf there, as in the reference. The
 // packed path's probability exp (ExpP) drops anything below exp(-86.5); it must not run when a

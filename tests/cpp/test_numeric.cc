@@ -308,6 +308,45 @@ TEST(NumericBF16, RoundTripsAndNaNQuietness) {
   }
 }
 
+// The AVX2 decode kernel rounds dequantized values to bf16 by Veltkamp's split, c - (c - x) with
+// c = x * (2^16 + 1), where it has proved every value is zero or a normal float below 2^111
+// (decode_avx2-inl.h, DecFastRange). Over that range the split is F32ToBF16 bit for bit (an
+// exhaustive run over all 2^32 patterns found no difference); here every exponent of the range,
+// both signs, each of the 128 values of the kept mantissa bits and the dropped bits that decide
+// the rounding (0, 1, just below / at / above the midpoint, all ones, and a few others). Below
+// it (subnormals) the split rounds to 8 significant bits, not at bf16's fixed bit, and differs;
+// above it c overflows.
+float VeltkampBf16(float x) {
+  volatile float c = x * 65537.f;  // volatile: each operation rounded on its own, no FMA
+  volatile float d = c - x;
+  return c - d;
+}
+
+TEST(NumericBF16, VeltkampSplitRoundsLikeBf16InItsRange) {
+  const uint32_t low[] = {0x0000, 0x0001, 0x00FF, 0x1234, 0x7FFF, 0x8000, 0x8001, 0xABCD, 0xFFFF};
+  int64_t checked = 0;
+  for (uint32_t sign : {0u, 0x80000000u})
+    for (uint32_t e = 1; e <= 127 + 110; ++e)  // 2^-126 .. just below 2^111
+      for (uint32_t hi = 0; hi < 128; ++hi)
+        for (uint32_t lo : low) {
+          const float x = FromBits(sign | e << 23 | hi << 16 | lo);
+          ASSERT_EQ(std::bit_cast<uint32_t>(VeltkampBf16(x)),
+                    static_cast<uint32_t>(F32ToBF16(x)) << 16)
+              << std::hex << std::bit_cast<uint32_t>(x);
+          ++checked;
+        }
+  EXPECT_EQ(std::bit_cast<uint32_t>(VeltkampBf16(0.f)), 0u);
+  EXPECT_EQ(std::bit_cast<uint32_t>(VeltkampBf16(-0.f)), 0x80000000u);
+  // Outside the range it is not the bf16 rounding: why the kernel checks the range.
+  EXPECT_TRUE(std::isnan(VeltkampBf16(0x1p120f)));  // c = inf, inf - inf
+  bool subnormal_differs = false;
+  for (uint32_t m = 1; m < 0x800000u && !subnormal_differs; m += 0x1001)
+    subnormal_differs = std::bit_cast<uint32_t>(VeltkampBf16(FromBits(m))) !=
+                        static_cast<uint32_t>(F32ToBF16(FromBits(m))) << 16;
+  EXPECT_TRUE(subnormal_differs);
+  EXPECT_GT(checked, 500000);
+}
+
 TEST(NumericBF16, MidpointsTieToEvenAndOverflow) {
   const Table& t = BF16Table();
   ASSERT_EQ(t.size(), 0x7F80u);
