@@ -564,7 +564,7 @@ TEST(Engine, Avx2DecodeNonFiniteAntiquant) {
 TEST(Engine, Avx2DecodeHugeAntiquantValues) {
   const bool avx2 = KernelsFor("avx2") != nullptr;
   using K = Dequant::Kind;
-  for (int variant : {1, 2}) {
+  const auto spec = [](uint32_t seed) {
     CaseSpec s;
     s.h_q = 16;
     s.h_kv = 4;
@@ -573,40 +573,30 @@ TEST(Engine, Avx2DecodeHugeAntiquantValues) {
     s.batch = 2;
     s.q_len = {1, 1};
     s.kv_len = {150, 70};
-    s.seed = 51 + variant;
+    s.seed = seed;
     s.oe = Elem::kF32;  // the outlier's term dominates its rows: keep the output unrounded
-    const bool per_channel = variant == 1;
+    return s;
+  };
+  // K: an outlier key's score dominates its rows, whose outputs stay of normal size.
+  for (bool per_channel : {true, false}) {
+    const CaseSpec s = spec(per_channel ? 52 : 53);
     const Elem e = per_channel ? Elem::kI4 : Elem::kI8;
     const K kind = per_channel ? K::kPerChannel : K::kPerToken;
     const auto enlarge = [&](Problem& p) {
       // Scales are bf16 (Quantize); values stay finite in fp32 and in the bf16 rounding.
       uint16_t* ks = static_cast<uint16_t*>(const_cast<void*>(p.k.dequant.scale));
-      uint16_t* vs = static_cast<uint16_t*>(const_cast<void*>(p.v.dequant.scale));
-      const int64_t ns = p.k.dequant.sb;  // storage tokens per batch (contiguous cache)
-      if (variant == 0) {
-        cvt::Store(vs, Elem::kBF16, 1 * ns + 33, 1e36f);  // batch 1, token 33: |V| up to ~1.3e38
-      } else if (variant == 1) {
+      if (per_channel)
         cvt::Store(ks, Elem::kBF16, 2 * s.d_qk + 9, 2e33f);  // KV head 2, channel 9: |K| ~1.6e34
-      } else {
-        cvt::Store(ks, Elem::kBF16, 0 * ns + 100, 1e32f);  // batch 0, token 100: |K| ~1.3e34
-      }
+      else  // batch 0, token 100 (storage tokens per batch: sb): |K| ~1.3e34
+        cvt::Store(ks, Elem::kBF16, 0 * p.k.dequant.sb + 100, 1e32f);
     };
     RunQuantizedDecode(s, e, kind, kind, true, true, Avx2DecodeItems, avx2, enlarge);
   }
-  // A value row of ~1e36 (int8, per-token scale): its term dominates the rows it meets, beyond
-  // the tolerance model's fp32 error (RunCase), so this checks only that the kernel's output is
+  // V: a value row of ~1e36 (int8, per-token scale) dominates the rows it meets, beyond the
+  // tolerance model's fp32 error (RunCase), so this checks only that the kernel's output is
   // finite there, as the reference's is (the split would give NaN).
   if (!avx2) return;
-  CaseSpec s;
-  s.h_q = 16;
-  s.h_kv = 4;
-  s.d_qk = 64;
-  s.d_v = 32;
-  s.batch = 2;
-  s.q_len = {1, 1};
-  s.kv_len = {150, 70};
-  s.seed = 50;
-  s.oe = Elem::kF32;
+  const CaseSpec s = spec(50);
   SettingsGuard guard;
   std::vector<std::vector<uint8_t>> keep;
   Case c(s);
