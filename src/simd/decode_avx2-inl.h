@@ -64,10 +64,10 @@ __attribute__((always_inline)) inline __m256 DecDequant(__m256 x, __m256 scale, 
   if constexpr (QE == Elem::kBF16 && FIN) {
     // Veltkamp's split at 16 bits: c - (c - x) with c = x * (2^16 + 1) is x rounded to 8
     // significant bits, to nearest even, which is cvt::F32ToBF16 bit for bit for zero and every
-    // normal |x| < 2^111 (test Numeric.VeltkampSplitRoundsLikeBf16; the caller proves the range,
-    // DecFastRange). 3 floating-point operations on any FP pipe instead of 5 integer ones, which
-    // share the FMA pipes: int8 decode in L3 1.07x. The barrier keeps c - x from being
-    // contracted into an FMA (c must be rounded).
+    // normal |x| < 2^111 (test NumericBF16.VeltkampSplitRoundsLikeBf16InItsRange; the caller
+    // proves the range, DecFastRange). 3 floating-point operations on any FP pipe instead of 5
+    // integer ones, which share the FMA pipes: int8 decode in L3 1.06x (Zen 3). The barrier
+    // keeps c - x from being contracted into an FMA (c must be rounded).
     __m256 c = _mm256_mul_ps(x, _mm256_set1_ps(65537.f));
     asm("" : "+x"(c));
     return _mm256_sub_ps(c, _mm256_sub_ps(c, x));
