@@ -203,6 +203,11 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
     step_ = std::make_unique_for_overwrite<float[]>(n + 16);
     s.step = step_.get() + (16 - reinterpret_cast<uintptr_t>(step_.get()) / 4 % 16) % 16;
   }
+  if (TransposedQueryFits(p, rows)) {  // written before it is read: no clearing pass
+    s.qt_ld = (rows + 15) / 16 * 16;
+    qt_ = std::make_unique_for_overwrite<float[]>(s.dk * s.qt_ld + 16);
+    s.qt = qt_.get() + (16 - reinterpret_cast<uintptr_t>(qt_.get()) / 4 % 16) % 16;
+  }
   if (p.full_quant) {
     acc64_.assign(kMaxRows * p.d_v, 0);
     lsum_.assign(kMaxRows, 0.0);

@@ -78,6 +78,13 @@ Plan MakePlan(const Problem& p);
 // fall into a few L1 sets (P V reads a 16-channel column of all of them per register block).
 inline int64_t PackedVStride(int64_t dv_pad) { return dv_pad % 64 == 0 ? dv_pad + 16 : dv_pad; }
 
+// Whether the scratch of p holds the transposed query rows (EngineScratch::qt): K and V can be
+// one tensor (no rope, d_v == d_qk) and an item can have enough rows for the transposed score
+// kernel (16 or more).
+inline bool TransposedQueryFits(const Problem& p, int64_t max_item_rows) {
+  return p.d_rope == 0 && p.d_v == p.d_qk && max_item_rows >= 16;
+}
+
 // Per-worker buffers sized for the problem (allocated by the engine before the parallel loop;
 // kernels never allocate). Row pointers: where each key of the current tile lives.
 struct EngineScratch {
@@ -108,6 +115,12 @@ struct EngineScratch {
   // Per-tile dequantized sparse items only (null otherwise; amx_tile_dequant-inl.h): kStepTiles
   // packed K tiles, the bf16 staging rows of one tile, the packed V of a step and its scores.
   float* step = nullptr;
+  // K = V problems (no rope, d_v == d_qk, TransposedQueryFits): dk * qt_ld floats (qt_ld: the
+  // most rows rounded up to 16) for the query rows of each KV head of an item transposed, so
+  // that the scores of a tile come from its row-major V (attend-inl.h ScoresFromRows). Null
+  // otherwise.
+  float* qt = nullptr;
+  int64_t qt_ld = 0;
   // int8 full quantization only (null otherwise): exact P8 * V sums and row sums of E.
   int64_t* acc64 = nullptr;      // [kMaxRows, d_v]
   double* lsum = nullptr;        // [kMaxRows]
@@ -129,6 +142,7 @@ class ScratchBuffer {
   std::vector<const void*> ptr_;
   std::vector<uint8_t> u8_;
   std::unique_ptr<float[]> step_;
+  std::unique_ptr<float[]> qt_;
   std::vector<int64_t> acc64_;
   std::vector<double> lsum_;
   EngineScratch s_;

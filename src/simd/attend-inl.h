@@ -651,16 +651,26 @@ inline bool KvShared(const Problem& p, const KvOperand& kx, const KvOperand& vx,
 }
 
 // With KvShared: when every key of the tile has the same storage row as its value, packs kt
-// (as PackKT) and v (as PackV) in one pass over the rows.
+// (as PackKT) and v (as PackV) in one pass over the rows; with_kt false: v only (the scores
+// then come from v: ScoresFromRows).
 inline bool PackKVShared(const KvOperand& kx, const EngineScratch& sc, int64_t nk, int64_t D,
-                         int64_t ld, FastRows* fast) {
+                         int64_t ld, FastRows* fast, bool with_kt = true) {
   for (int64_t n = 0; n < nk; ++n)
     if (sc.kbase[n] != sc.vbase[n] || sc.koff[n] != sc.voff[n]) return false;
   if (!MakeFastRows(kx, sc.kbase, sc.koff, sc.kpre, nk, D, fast)) return false;
-  switch ((sc.kpre[0] ? kx.prefix : kx.cache).elem) {
-    case Elem::kF32: PackKTFast<Elem::kF32, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
-    case Elem::kF16: PackKTFast<Elem::kF16, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
-    default: PackKTFast<Elem::kBF16, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
+  const Elem e = (sc.kpre[0] ? kx.prefix : kx.cache).elem;
+  if (!with_kt) {
+    switch (e) {
+      case Elem::kF32: PackVFast<Elem::kF32>(*fast, nk, D, ld, sc.v); break;
+      case Elem::kF16: PackVFast<Elem::kF16>(*fast, nk, D, ld, sc.v); break;
+      default: PackVFast<Elem::kBF16>(*fast, nk, D, ld, sc.v); break;
+    }
+  } else {
+    switch (e) {
+      case Elem::kF32: PackKTFast<Elem::kF32, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
+      case Elem::kF16: PackKTFast<Elem::kF16, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
+      default: PackKTFast<Elem::kBF16, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
+    }
   }
   for (int64_t n = 0; n < nk; ++n) ZeroPad(sc.v + n * ld, D, ld);
   return true;
@@ -748,6 +758,62 @@ inline void Scores(const float* q, int64_t ldq, int64_t rows, const float* kt, i
   int64_t r0 = 0;
   for (; r0 + kRB <= rows; r0 += kRB) ScoreRows<kRB>(q + r0 * ldq, ldq, kt, D, npad, s + r0 * TN);
   ScoreTail<kRB - 1>(rows - r0, q + r0 * ldq, ldq, kt, D, npad, s + r0 * TN);
+}
+
+// Scores of a K = V tile from its packed row-major values, without a transposed K (its packing
+// is a transpose per W x W block: a third of a SparseAttnSharedkv decode's packing work, and
+// kt's 128 KB at D = 512 beside Q, V and the accumulators overflow a 512 KB L2). The roles of
+// the operands swap: st[n * ldt + r] = sum_d v[n * vs + d] * qt[d * ldt + r] for keys n < nk and
+// the ldt (a multiple of W) columns of the transposed query rows qt, then s[r * TN + n] =
+// st[n * ldt + r] for r < rows, zeros for the padding keys [nk, npad). Each score is the same
+// FMAs in the same order as Scores computes it (an FMA's product does not depend on the order
+// of its factors), so the result is bitwise that of Scores.
+template <int R>
+inline void ScoreKeyRows(const float* v, int64_t vs, const float* qt, int64_t ldt, int64_t D,
+                         float* st) {
+  int64_t c0 = 0;
+  for (; c0 + kCB * W <= ldt; c0 += kCB * W)
+    GemmBlock<R, kCB, false>(v, vs, qt + c0, ldt, D, st + c0, ldt);
+  for (; c0 < ldt; c0 += W) GemmBlock<R, 1, false>(v, vs, qt + c0, ldt, D, st + c0, ldt);
+}
+
+template <int R>
+inline void ScoreKeyTail(int64_t rem, const float* v, int64_t vs, const float* qt, int64_t ldt,
+                         int64_t D, float* st) {
+  if constexpr (R > 0) {
+    if (rem == R) return ScoreKeyRows<R>(v, vs, qt, ldt, D, st);
+    ScoreKeyTail<R - 1>(rem, v, vs, qt, ldt, D, st);
+  }
+}
+
+inline void ScoresFromRows(const float* v, int64_t vs, int64_t nk, const float* qt, int64_t ldt,
+                           int64_t rows, int64_t D, int64_t npad, float* st, float* s) {
+  int64_t n0 = 0;
+  for (; n0 + kRB <= nk; n0 += kRB) ScoreKeyRows<kRB>(v + n0 * vs, vs, qt, ldt, D, st + n0 * ldt);
+  ScoreKeyTail<kRB - 1>(nk - n0, v + n0 * vs, vs, qt, ldt, D, st + n0 * ldt);
+  for (n0 = 0; n0 < npad; n0 += W)
+    for (int64_t r0 = 0; r0 < rows; r0 += W) {
+      typename V::T x[W];
+      for (int i = 0; i < W; ++i)
+        x[i] = n0 + i < nk ? V::Load(st + (n0 + i) * ldt + r0) : V::Zero();
+      V::Transpose(x);
+      const int m = static_cast<int>(std::min<int64_t>(W, rows - r0));
+      for (int i = 0; i < m; ++i) V::Store(s + (r0 + i) * TN + n0, x[i]);
+    }
+}
+
+// qt[d * ldt + r] = q[r * ldq + d] for d < D (a multiple of W), r < ldt (a multiple of W; zeros
+// past rows).
+inline void TransposeQuery(const float* q, int64_t ldq, int64_t rows, int64_t D, int64_t ldt,
+                           float* qt) {
+  for (int64_t r0 = 0; r0 < ldt; r0 += W)
+    for (int64_t d0 = 0; d0 < D; d0 += W) {
+      typename V::T x[W];
+      for (int i = 0; i < W; ++i)
+        x[i] = r0 + i < rows ? V::Load(q + (r0 + i) * ldq + d0) : V::Zero();
+      V::Transpose(x);
+      for (int i = 0; i < W; ++i) V::Store(qt + (d0 + i) * ldt + r0, x[i]);
+    }
 }
 
 // acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * v[n * vs + c], R rows, C vectors of channels.
@@ -991,6 +1057,20 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   const KvOperand& Vx = two ? v_two : p.v;
   const KvOperand& Rx = p.k_rope;
   const bool kv_shared = KvShared(p, Kx, Vx, D);
+  // K = V items with at least a register block's width of rows per KV head (SparseAttnSharedkv:
+  // the 64 heads of a KV head) score each tile from its packed values (ScoresFromRows): no
+  // transposed K. Only the fp32 products (the dot tiles pack kt for their pair forms).
+  // Each KV head's rows transposed on their own ([D][ldt] at sc.qt + hx * D * ldt).
+  const int64_t ldt = (w.head_rows() + W - 1) / W * W;
+  bool from_rows = kv_shared && sc.qt != nullptr && w.head_rows() >= kCB * W && ldt <= D &&
+                   w.n_hk * ldt <= sc.qt_ld;
+#if defined(OPENFIA_ATTEND_BF16DOT)
+  from_rows = from_rows && !dot_item;
+#endif
+  if (from_rows)
+    for (int64_t hx = 0; hx < w.n_hk; ++hx)
+      TransposeQuery(sc.q + hx * w.head_rows() * ldq, ldq, w.head_rows(), D, ldt,
+                     sc.qt + hx * D * ldt);
 
   FastRows fast, fastv;
   DqRows dq_rows;  // reused by every antiquant pack (each fills it for its own operand)
@@ -1050,6 +1130,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                           MakeFastRows(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, &fastv);
       bool v_bad = false, v_seen = false;  // v_seen: v_bad says whether V has a non-finite value
       bool dot = false;  // a dot tile: bf16 pair products (attend_dot-inl.h)
+      bool tile_from_rows = false;  // scores from the packed V (ScoresFromRows)
       if (stream) {
         switch (FastElem(Kx, sc.kpre)) {
           case Elem::kF32: StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s); break;
@@ -1073,7 +1154,8 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
                                           &v_bad);
 #endif
         if (!dot) {
-          if (!kv_shared || !PackKVShared(Kx, sc, nk, D, vs, &fast)) {
+          tile_from_rows = from_rows && PackKVShared(Kx, sc, nk, D, vs, &fast, false);
+          if (!tile_from_rows && (!kv_shared || !PackKVShared(Kx, sc, nk, D, vs, &fast))) {
             PackKT(Kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
             if (p.d_rope > 0)
               PackKT(Rx, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
@@ -1095,7 +1177,12 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
 #if defined(OPENFIA_ATTEND_BF16DOT)
         if (dot) ScoresDot(sc.qp + hx * hrows * ldqp, ldqp, hrows, sc.kp, D, npad, scale, sc.s);
 #endif
-        if (!dot) Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
+        if (!dot) {
+          if (tile_from_rows)
+            ScoresFromRows(sc.v, vs, nk, sc.qt + hx * D * ldt, ldt, hrows, D, npad, sc.kt, sc.s);
+          else
+            Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
+        }
       }
 
       if (!full) TileVisibility(p, b, org, w.i0, nq, jt0, nk, sc.vis, TN);

@@ -56,6 +56,21 @@ class Case {
     return std::find(poison_[b].begin(), poison_[b].end(), j) != poison_[b].end();
   }
   float max_abs_v() const { return vmax_; }
+  // V becomes a copy of K in buffers of its own (same layout, same values, other addresses):
+  // with `shared` false; the same tensor as K with `shared` true. Needs d_v == d_qk.
+  void ValuesFromKeys(bool shared) {
+    p_.v = p_.k;
+    if (shared) return;
+    for (Operand* o : {&p_.v.cache, &p_.v.prefix}) {
+      if (o->data == nullptr) continue;
+      for (size_t i = 0, n = bufs_.size(); i < n; ++i)
+        if (bufs_[i].data() == o->data) {
+          bufs_.push_back(bufs_[i]);  // (reserve(64) in Build: no reallocation)
+          o->data = bufs_.back().data();
+          break;
+        }
+    }
+  }
   float max_abs_qk() const { return s_.amp; }
 
  private:

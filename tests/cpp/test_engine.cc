@@ -51,6 +51,60 @@ TEST(Engine, SameTensorForKeysAndValues) {
   }
 }
 
+// K = V items with 16 or more rows of one KV head score each tile from the packed values
+// (attend-inl.h ScoresFromRows: the query rows transposed, no transposed K). Its scores are the
+// same FMAs in the same order as the transposed-K kernel's, so the output must equal, bit for
+// bit, that of the same call with V a copy of K in other buffers (which packs K transposed).
+// Row counts off the vector width, key counts off the tile and the register block, paged and
+// dense, a shared prefix, decode and a causal prefill, in every dtype.
+TEST(Engine, ScoresFromPackedValuesMatchTransposedKeys) {
+  int cases = 0;
+  for (Elem e : {Elem::kBF16, Elem::kF16, Elem::kF32}) {
+    for (int64_t group : {16, 20, 40, 64}) {
+      CaseSpec s;
+      s.qe = s.oe = e;
+      s.batch = 2;
+      s.h_kv = 2;
+      s.h_q = 2 * group;
+      s.d_qk = s.d_v = group == 64 ? 128 : 64;
+      // (16 rows of one query: the streaming decode path, which packs nothing; 3 queries and a
+      // causal band make 48-row items that pack.)
+      s.q_len = group == 16   ? std::vector<int64_t>{3, 1}
+                : group == 20 ? std::vector<int64_t>{1, 2}
+                              : std::vector<int64_t>{1};
+      s.kv_len = {61, 203};
+      s.block = group == 40 ? 0 : 16;
+      s.prefix = group == 16 ? 19 : 0;
+      s.causal_br = group == 16 || group == 20;
+      SettingsGuard guard;
+      Case shared(s), copied(s);
+      shared.ValuesFromKeys(true);
+      copied.ValuesFromKeys(false);
+      ASSERT_NE(shared.problem().v.cache.data, copied.problem().v.cache.data);
+      for (const std::string& target : Targets()) {
+        SetSimdCap(target);
+        for (int threads : {1, 2}) {
+          SetNumThreads(threads);
+          shared.ResetOutputs();
+          copied.ResetOutputs();
+          RunEngine(shared.problem());
+          RunEngine(copied.problem());
+          ASSERT_EQ(shared.out_bytes(), copied.out_bytes());
+          EXPECT_EQ(0, std::memcmp(shared.out(), copied.out(), shared.out_bytes()))
+              << target << " x" << threads << " group " << group;
+          EXPECT_EQ(0, std::memcmp(shared.lse().data(), copied.lse().data(),
+                                   shared.lse().size() * 4))
+              << target << " x" << threads << " group " << group;
+          ++cases;
+        }
+      }
+      // And against the fp64 reference (tolerances of engine_check.h).
+      RunCase(s, [](Case& c) { c.ValuesFromKeys(true); }, /*oracle=*/false);
+    }
+  }
+  EXPECT_GT(cases, 0);
+}
+
 TEST(Engine, DtypesF16F32) {
   for (Elem e : {Elem::kF16, Elem::kF32}) {
     CaseSpec s;
