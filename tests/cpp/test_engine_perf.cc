@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine_case.h"
 #include "openfia/runtime.h"
 #include "simd/scalar_convert.h"
 #include "test_sas_fixture.h"
@@ -234,6 +236,33 @@ TEST(EnginePerf, DISABLED_SasDecodeV1) {
               "%.1f GFLOP/s (%.1f per core)\n",
               static_cast<long long>(B), static_cast<long long>(f.k2), SimdTarget().c_str(),
               Threads(), ms, flops / ms / 1e6, flops / ms / 1e6 / Threads());
+}
+
+// P3 of the benchmark (MLA decode): B=1, 128 query heads over one KV head, latent D = 512 (the
+// same tensor as K and V) + rope 64, 8192 keys paged by 128, bf16. MLA_KV overrides the key
+// count. Prints time and GFLOP/s (2 (576 + 512) flops per query head and key).
+TEST(EnginePerf, DISABLED_MlaDecodeP3) {
+  testing::CaseSpec s;
+  s.h_q = 128;
+  s.h_kv = 1;
+  s.d_qk = s.d_v = 512;
+  s.d_rope = 64;
+  s.q_len = {1};
+  s.kv_len = {std::getenv("MLA_KV") ? std::atoi(std::getenv("MLA_KV")) : 8192};
+  s.block = 128;
+  s.lse = false;
+  s.scale = 1.0 / std::sqrt(576.0);
+  testing::Case c(s);
+  c.ValuesFromKeys(true);
+  SetNumThreads(Threads());
+  RunEngine(c.problem());
+  const int reps = std::getenv("REPS") ? std::atoi(std::getenv("REPS")) : 10;
+  const double ms = BestMs([&] { RunEngine(c.problem()); }, reps, Threads() == 1);
+  const double flops = 2.0 * 128 * s.kv_len[0] * (576 + 512);
+  std::printf("mla decode N=128/1 D=512+64 KV=%lld (%s, %d threads): %.3f ms, %.1f GFLOP/s "
+              "(%.1f per core)\n",
+              static_cast<long long>(s.kv_len[0]), SimdTarget().c_str(), Threads(), ms,
+              flops / ms / 1e6, flops / ms / 1e6 / Threads());
 }
 
 }  // namespace
