@@ -730,34 +730,40 @@ inline void GemmBlock(const float* a, int64_t lda, const float* b, int64_t ldb, 
     for (int j = 0; j < C; ++j) V::Store(c + r * ldc + j * W, acc[r][j]);
 }
 
-// s[r * TN + c] = sum_d q[r * ldq + d] * kt[d * TN + c], for R rows and C vectors of keys.
-template <int R, int C>
-inline void ScoreBlock(const float* q, int64_t ldq, const float* kt, int64_t D, float* s) {
-  GemmBlock<R, C, false>(q, ldq, kt, TN, D, s, TN);
-}
-
-template <int R>
-inline void ScoreRows(const float* q, int64_t ldq, const float* kt, int64_t D, int64_t npad,
-                      float* s) {
+// c[r * ldc + j] (+)= sum_{k < K} a[r * lda + k] * b[k * ldb + j] for r < m and j < ncols (a
+// multiple of W), from zero (scores) or c (ACC: the P V accumulators): register blocks of kRB
+// rows x kCB vectors, narrower at the edges.
+template <bool ACC, int R>
+inline void GemmRows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t ncols,
+                     int64_t K, float* c, int64_t ldc) {
   int64_t c0 = 0;
-  for (; c0 + kCB * W <= npad; c0 += kCB * W) ScoreBlock<R, kCB>(q, ldq, kt + c0, D, s + c0);
-  for (; c0 < npad; c0 += W) ScoreBlock<R, 1>(q, ldq, kt + c0, D, s + c0);
+  for (; c0 + kCB * W <= ncols; c0 += kCB * W)
+    GemmBlock<R, kCB, ACC>(a, lda, b + c0, ldb, K, c + c0, ldc);
+  for (; c0 < ncols; c0 += W) GemmBlock<R, 1, ACC>(a, lda, b + c0, ldb, K, c + c0, ldc);
 }
 
-template <int R>
-inline void ScoreTail(int64_t rem, const float* q, int64_t ldq, const float* kt, int64_t D,
-                      int64_t npad, float* s) {
+template <bool ACC, int R>
+inline void GemmTail(int64_t rem, const float* a, int64_t lda, const float* b, int64_t ldb,
+                     int64_t ncols, int64_t K, float* c, int64_t ldc) {
   if constexpr (R > 0) {
-    if (rem == R) return ScoreRows<R>(q, ldq, kt, D, npad, s);
-    ScoreTail<R - 1>(rem, q, ldq, kt, D, npad, s);
+    if (rem == R) return GemmRows<ACC, R>(a, lda, b, ldb, ncols, K, c, ldc);
+    GemmTail<ACC, R - 1>(rem, a, lda, b, ldb, ncols, K, c, ldc);
   }
 }
 
+template <bool ACC>
+inline void Gemm(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb,
+                 int64_t ncols, int64_t K, float* c, int64_t ldc) {
+  int64_t r0 = 0;
+  for (; r0 + kRB <= m; r0 += kRB)
+    GemmRows<ACC, kRB>(a + r0 * lda, lda, b, ldb, ncols, K, c + r0 * ldc, ldc);
+  GemmTail<ACC, kRB - 1>(m - r0, a + r0 * lda, lda, b, ldb, ncols, K, c + r0 * ldc, ldc);
+}
+
+// s[r * TN + c] = sum_d q[r * ldq + d] * kt[d * TN + c] for r < rows, c < npad.
 inline void Scores(const float* q, int64_t ldq, int64_t rows, const float* kt, int64_t D,
                    int64_t npad, float* s) {
-  int64_t r0 = 0;
-  for (; r0 + kRB <= rows; r0 += kRB) ScoreRows<kRB>(q + r0 * ldq, ldq, kt, D, npad, s + r0 * TN);
-  ScoreTail<kRB - 1>(rows - r0, q + r0 * ldq, ldq, kt, D, npad, s + r0 * TN);
+  Gemm<false>(q, ldq, rows, kt, TN, npad, D, s, TN);
 }
 
 // Scores of a K = V tile from its packed row-major values, without a transposed K (its packing
@@ -768,30 +774,10 @@ inline void Scores(const float* q, int64_t ldq, int64_t rows, const float* kt, i
 // st[n * ldt + r] for r < rows, zeros for the padding keys [nk, npad). Each score is the same
 // FMAs in the same order as Scores computes it (an FMA's product does not depend on the order
 // of its factors), so the result is bitwise that of Scores.
-template <int R>
-inline void ScoreKeyRows(const float* v, int64_t vs, const float* qt, int64_t ldt, int64_t D,
-                         float* st) {
-  int64_t c0 = 0;
-  for (; c0 + kCB * W <= ldt; c0 += kCB * W)
-    GemmBlock<R, kCB, false>(v, vs, qt + c0, ldt, D, st + c0, ldt);
-  for (; c0 < ldt; c0 += W) GemmBlock<R, 1, false>(v, vs, qt + c0, ldt, D, st + c0, ldt);
-}
-
-template <int R>
-inline void ScoreKeyTail(int64_t rem, const float* v, int64_t vs, const float* qt, int64_t ldt,
-                         int64_t D, float* st) {
-  if constexpr (R > 0) {
-    if (rem == R) return ScoreKeyRows<R>(v, vs, qt, ldt, D, st);
-    ScoreKeyTail<R - 1>(rem, v, vs, qt, ldt, D, st);
-  }
-}
-
 inline void ScoresFromRows(const float* v, int64_t vs, int64_t nk, const float* qt, int64_t ldt,
                            int64_t rows, int64_t D, int64_t npad, float* st, float* s) {
-  int64_t n0 = 0;
-  for (; n0 + kRB <= nk; n0 += kRB) ScoreKeyRows<kRB>(v + n0 * vs, vs, qt, ldt, D, st + n0 * ldt);
-  ScoreKeyTail<kRB - 1>(nk - n0, v + n0 * vs, vs, qt, ldt, D, st + n0 * ldt);
-  for (n0 = 0; n0 < npad; n0 += W)
+  Gemm<false>(v, vs, nk, qt, ldt, ldt, D, st, ldt);
+  for (int64_t n0 = 0; n0 < npad; n0 += W)
     for (int64_t r0 = 0; r0 < rows; r0 += W) {
       typename V::T x[W];
       for (int i = 0; i < W; ++i)
@@ -816,37 +802,11 @@ inline void TransposeQuery(const float* q, int64_t ldq, int64_t rows, int64_t D,
     }
 }
 
-// acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * v[n * vs + c], R rows, C vectors of channels.
-template <int R, int C>
-inline void PvBlock(const float* p, const float* v, int64_t vs, int64_t nk, float* acc,
-                    int64_t lda) {
-  GemmBlock<R, C, true>(p, TN, v, vs, nk, acc, lda);
-}
-
-template <int R>
-inline void PvRows(const float* p, const float* v, int64_t vs, int64_t ldv, int64_t nk,
-                   float* acc, int64_t lda) {
-  int64_t c0 = 0;
-  for (; c0 + kCB * W <= ldv; c0 += kCB * W) PvBlock<R, kCB>(p, v + c0, vs, nk, acc + c0, lda);
-  for (; c0 < ldv; c0 += W) PvBlock<R, 1>(p, v + c0, vs, nk, acc + c0, lda);
-}
-
-template <int R>
-inline void PvTail(int64_t rem, const float* p, const float* v, int64_t vs, int64_t ldv,
-                   int64_t nk, float* acc, int64_t lda) {
-  if constexpr (R > 0) {
-    if (rem == R) return PvRows<R>(p, v, vs, ldv, nk, acc, lda);
-    PvTail<R - 1>(rem, p, v, vs, ldv, nk, acc, lda);
-  }
-}
-
-// v rows at stride vs, ldv channels.
+// acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * v[n * vs + c] for r < rows, c < ldv: v rows
+// at stride vs.
 inline void Pv(const float* p, int64_t rows, const float* v, int64_t vs, int64_t ldv, int64_t nk,
                float* acc, int64_t lda) {
-  int64_t r0 = 0;
-  for (; r0 + kRB <= rows; r0 += kRB)
-    PvRows<kRB>(p + r0 * TN, v, vs, ldv, nk, acc + r0 * lda, lda);
-  PvTail<kRB - 1>(rows - r0, p + r0 * TN, v, vs, ldv, nk, acc + r0 * lda, lda);
+  Gemm<true>(p, TN, rows, v, vs, ldv, nk, acc, lda);
 }
 
 // Boundary tile with non-finite values: a masked cell must contribute nothing (not 0 * NaN).
