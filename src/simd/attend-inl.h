@@ -766,6 +766,17 @@ inline void Scores(const float* q, int64_t ldq, int64_t rows, const float* kt, i
   Gemm<false>(q, ldq, rows, kt, TN, npad, D, s, TN);
 }
 
+// dst[i * ldd + j] = src[j * lds + i] for i, j < W: source rows j >= src_rows read as zeros,
+// destination rows i >= dst_rows not written.
+inline void TransposeBlock(const float* src, int64_t lds, int64_t src_rows, float* dst,
+                           int64_t ldd, int64_t dst_rows) {
+  typename V::T x[W];
+  for (int j = 0; j < W; ++j) x[j] = j < src_rows ? V::Load(src + j * lds) : V::Zero();
+  V::Transpose(x);
+  const int m = static_cast<int>(std::min<int64_t>(W, dst_rows));
+  for (int i = 0; i < m; ++i) V::Store(dst + i * ldd, x[i]);
+}
+
 // Scores of a K = V tile from its packed row-major values, without a transposed K (its packing
 // is a transpose per W x W block: a third of a SparseAttnSharedkv decode's packing work, and
 // kt's 128 KB at D = 512 beside Q, V and the accumulators overflow a 512 KB L2). The roles of
@@ -778,14 +789,8 @@ inline void ScoresFromRows(const float* v, int64_t vs, int64_t nk, const float* 
                            int64_t rows, int64_t D, int64_t npad, float* st, float* s) {
   Gemm<false>(v, vs, nk, qt, ldt, ldt, D, st, ldt);
   for (int64_t n0 = 0; n0 < npad; n0 += W)
-    for (int64_t r0 = 0; r0 < rows; r0 += W) {
-      typename V::T x[W];
-      for (int i = 0; i < W; ++i)
-        x[i] = n0 + i < nk ? V::Load(st + (n0 + i) * ldt + r0) : V::Zero();
-      V::Transpose(x);
-      const int m = static_cast<int>(std::min<int64_t>(W, rows - r0));
-      for (int i = 0; i < m; ++i) V::Store(s + (r0 + i) * TN + n0, x[i]);
-    }
+    for (int64_t r0 = 0; r0 < rows; r0 += W)
+      TransposeBlock(st + n0 * ldt + r0, ldt, nk - n0, s + r0 * TN + n0, TN, rows - r0);
 }
 
 // qt[d * ldt + r] = q[r * ldq + d] for d < D (a multiple of W), r < ldt (a multiple of W; zeros
@@ -793,13 +798,8 @@ inline void ScoresFromRows(const float* v, int64_t vs, int64_t nk, const float* 
 inline void TransposeQuery(const float* q, int64_t ldq, int64_t rows, int64_t D, int64_t ldt,
                            float* qt) {
   for (int64_t r0 = 0; r0 < ldt; r0 += W)
-    for (int64_t d0 = 0; d0 < D; d0 += W) {
-      typename V::T x[W];
-      for (int i = 0; i < W; ++i)
-        x[i] = r0 + i < rows ? V::Load(q + (r0 + i) * ldq + d0) : V::Zero();
-      V::Transpose(x);
-      for (int i = 0; i < W; ++i) V::Store(qt + (d0 + i) * ldt + r0, x[i]);
-    }
+    for (int64_t d0 = 0; d0 < D; d0 += W)
+      TransposeBlock(q + r0 * ldq + d0, ldq, rows - r0, qt + d0 * ldt + r0, ldt, W);
 }
 
 // acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * v[n * vs + c] for r < rows, c < ldv: v rows
