@@ -1040,6 +1040,10 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
   const bool stream_ok = hrows <= kStreamRows && p.d_rope == 0 && D % W == 0 && Dv % W == 0;
   const int64_t tile0 = w.j0 / TN * TN;
   const int64_t pf_keys = std::max<int64_t>(W, kPrefetchTiles * TN / w.n_hk);
+  const bool same_kv_rows = kv_shared && p.k.cache.data != nullptr &&
+                            p.v.cache.data == p.k.cache.data &&
+                            p.v.prefix.data == p.k.prefix.data &&
+                            p.v2.cache.data == p.k2.cache.data;
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
     const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
     // Some row i in [i0, i1) sees a key in [jt0, jt1) iff i - pre <= jt1 - 1 and jt0 <= i + next.
@@ -1053,7 +1057,8 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, EngineScratch& sc,
       const int64_t pf1 = std::min(w.j1, t0 + TN + pf_keys);
       if (pf0 < pf1) {
         PrefetchKeys(p, p.k, p.k2, w, w.hk, w.n_hk, pf0, pf1, p.d_qk);
-        PrefetchKeys(p, p.v, p.v2, w, w.hk, w.n_hk, pf0, pf1, Dv);
+        if (!same_kv_rows)  // (K = V: the same lines)
+          PrefetchKeys(p, p.v, p.v2, w, w.hk, w.n_hk, pf0, pf1, Dv);
       }
     }
     for (int64_t hx = 0; hx < w.n_hk; ++hx) {
