@@ -134,37 +134,61 @@ __attribute__((always_inline)) inline __m128 DecSum4(__m256 a, __m256 b, __m256 
 
 // st[(n0 + k) * RP + r] = q_r . K[n0 + k] for r < RP, k < KB: q rows at stride D floats (packed
 // [8 even | 8 odd] per 16 channels), key rows krow[n] + x * step[n] (head x).
+// RP >= 2 runs in passes of two rows whose four query vectors per 16 channels stay in registers
+// beside 2 x KB accumulators, the key rows split again for each pass (the second pass finds them
+// in L1): a block of 4 rows x 3 keys with the query operands loaded by every FMA read 1.25
+// vectors per FMA and ran the 4-row score phase at 52 cycles per key and head (Zen 4, AVX2, rows
+// from L2), this one 47 (architecture_notes.md, session 17). Each accumulator sums its products
+// in the same order, so the scores are bitwise the same.
 template <int RP, int KB>
 __attribute__((always_inline)) inline void DecScoreBlock(const float* q, int64_t D,
                                                          const char* const* krow,
                                                          const int64_t* step, int64_t x,
                                                          int64_t n0, float* st) {
-  static_assert((RP * KB) % 4 == 0, "accumulators are summed four at a time");
-  __m256 acc[KB][RP];
-  OPENFIA_UNROLL
-  for (int k = 0; k < KB; ++k)
-    OPENFIA_UNROLL
-    for (int r = 0; r < RP; ++r) acc[k][r] = _mm256_setzero_ps();
+  constexpr int RR = RP < 2 ? RP : 2;  // rows per pass
+  static_assert((RR * KB) % 4 == 0, "accumulators are summed four at a time");
   const char* kr[KB];
   OPENFIA_UNROLL
   for (int k = 0; k < KB; ++k) kr[k] = krow[n0 + k] + x * step[n0 + k];
-  for (int64_t d = 0; d < D; d += 16) {
+  OPENFIA_UNROLL
+  for (int r0 = 0; r0 < RP; r0 += RR) {
+    __m256 acc[KB][RR];
     OPENFIA_UNROLL
-    for (int k = 0; k < KB; ++k) {
-      __m256 e, o;
-      DecSplit(kr[k] + 2 * d, &e, &o);
+    for (int k = 0; k < KB; ++k)
       OPENFIA_UNROLL
-      for (int r = 0; r < RP; ++r) {
-        acc[k][r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * D + d), e, acc[k][r]);
-        acc[k][r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * D + d + 8), o, acc[k][r]);
+      for (int r = 0; r < RR; ++r) acc[k][r] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 16) {
+      __m256 qe[RR], qo[RR];
+      OPENFIA_UNROLL
+      for (int r = 0; r < RR; ++r) {
+        qe[r] = _mm256_loadu_ps(q + (r0 + r) * D + d);
+        qo[r] = _mm256_loadu_ps(q + (r0 + r) * D + d + 8);
+      }
+      OPENFIA_UNROLL
+      for (int k = 0; k < KB; ++k) {
+        __m256 e, o;
+        DecSplit(kr[k] + 2 * d, &e, &o);
+        OPENFIA_UNROLL
+        for (int r = 0; r < RR; ++r) acc[k][r] = _mm256_fmadd_ps(qe[r], e, acc[k][r]);
+        OPENFIA_UNROLL
+        for (int r = 0; r < RR; ++r) acc[k][r] = _mm256_fmadd_ps(qo[r], o, acc[k][r]);
+      }
+    }
+    // acc[k][r] is st[(n0 + k) * RP + r0 + r]: one row (RR = 1) is the memory order; two rows
+    // of keys k, k + 1 are two pairs.
+    const __m256* a = &acc[0][0];
+    OPENFIA_UNROLL
+    for (int i = 0; i < RR * KB; i += 4) {
+      const __m128 s4 = DecSum4(a[i], a[i + 1], a[i + 2], a[i + 3]);
+      if constexpr (RR == 1) {
+        _mm_storeu_ps(st + n0 + i, s4);
+      } else {
+        const int64_t k = i / 2;
+        _mm_storel_pi(reinterpret_cast<__m64*>(st + (n0 + k) * RP + r0), s4);
+        _mm_storeh_pi(reinterpret_cast<__m64*>(st + (n0 + k + 1) * RP + r0), s4);
       }
     }
   }
-  // acc[k][r] is st[(n0 + k) * RP + r]: the flattened order is the memory order.
-  const __m256* a = &acc[0][0];
-  OPENFIA_UNROLL
-  for (int i = 0; i < RP * KB; i += 4)
-    _mm_storeu_ps(st + n0 * RP + i, DecSum4(a[i], a[i + 1], a[i + 2], a[i + 3]));
 }
 
 // st[(n0 + k) * RP + r] = q_r . deq(K[n0 + k]) for an int8 / int4 K: q rows in channel order;
@@ -476,9 +500,10 @@ inline void DecDequantV(Elem qe, const DecTile& t, const DecDq& dq, int64_t hk, 
 
 template <int RP, DecKind KK, DecKind VK>
 void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
-  // Keys per score block: 12 accumulators for bf16 K (RP = 8: 8), 8 for dequantized K (whose
-  // widening and antiquant, not the FMA chains, bound the block).
-  constexpr int KB = KK == DecKind::kBf16 ? (RP == 8 ? 1 : 12 / RP) : 8 / RP;
+  // Keys per score block: bf16 K 12 accumulators for one row, 8 per pass of two rows
+  // (DecScoreBlock); dequantized K 8 (its widening and antiquant, not the FMA chains, bound the
+  // block).
+  constexpr int KB = KK == DecKind::kBf16 ? (RP == 1 ? 12 : 4) : 8 / RP;
   const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), nh = w.n_hk;
   const int64_t D = p.d_qk, Dv = p.d_v, ldv = sc.dv_pad;
   const float scale = static_cast<float>(p.scale);

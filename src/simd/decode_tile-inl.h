@@ -5,7 +5,7 @@
 // kernel that uses it; no include guard (each target has its own copy).
 
 constexpr int64_t kDecMaxD = 1024;
-constexpr int64_t kDecMaxKeys = 72;  // TN rounded up to a multiple of every key block (3, 6, 12)
+constexpr int64_t kDecMaxKeys = 72;  // TN rounded up to a multiple of every key block (3, 4, 6, 8, 12)
 constexpr int64_t kDecAhead = 8;     // tokens of prefetch distance (all heads' rows of each)
 
 // How the kernel reads one of K / V: bf16 rows (split into even / odd channels in registers),
