@@ -32,8 +32,8 @@
 // token after token, every head's row of a token after the other (score blocks of all heads for
 // each KB keys, P V chunks for all heads), which a [block, block_size, H_kv * D] cache streams
 // ~1.6x faster than head after head (architecture_notes.md, session 7). A prefetch stream in
-// the same order (DecPrefetcher, kDecAhead tokens ahead, non-temporal) is issued a few lines per
-// block, never as a burst.
+// the same order (DecPrefetcher, kDecAhead tokens ahead; into L2 for a token's contiguous rows,
+// non-temporal for rows apart) is issued a few lines per block, never as a burst.
 //
 // Items it runs: dense (no sparse lists, no second source), no rope, no pse, no mask, no band
 // cutting into the item's keys (every tile fully visible), R = 1, 2, 4 or 8 rows per KV head
@@ -561,6 +561,7 @@ void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowSta
   DecResolve(p, w, tile0, &tiles[0]);
   const int64_t klines = nh * ((kbytes + 63) / 64), vlines = nh * ((vbytes + 63) / 64);
   DecPrefetcher pf;  // K of the tile's scores, then its V, then the next tile's K
+  pf.runs_to_l2 = true;
   pf.Start(&tiles[0], false, nh, kbytes, 0);
   pf.Issue(kDecAhead * klines, kDecAhead);
   int cur = 0;

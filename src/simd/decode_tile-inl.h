@@ -138,6 +138,8 @@ struct DecPrefetcher {
   const char* end = nullptr;
   int64_t n_hk = 1, bytes = 0;
   bool to_l2 = false;                 // prefetch into L2 (T1), not L1 only (NTA)
+  bool runs_to_l2 = false;            // T1 for runs of whole tokens, NTA for single rows
+  bool l2 = false;                    // the hint of the current run
 
   void Start(const DecTile* tile, bool values, int64_t heads, int64_t row_bytes, int64_t n0) {
     t = tile;
@@ -157,6 +159,7 @@ struct DecPrefetcher {
     cur = row + x * step;
     const bool whole = step == bytes;  // the token's rows of every head are one run
     end = cur + (whole ? (n_hk - x) * bytes : bytes);
+    l2 = to_l2 || (runs_to_l2 && whole);
     if (whole) x = n_hk - 1;
   }
   // Prefetches up to `lines` lines, not past token `n_end`.
@@ -165,10 +168,15 @@ struct DecPrefetcher {
     n_end = std::min(n_end, t->nk);
     while (lines > 0 && n < n_end) {
       // Non-temporal: into L1 without displacing L2 (every line is read within a few
-      // microseconds, then never again): 2 threads 1.1x over T0, T1 between (D1's shape).
-      // to_l2: T1 instead (the AVX512-BF16 kernel, which consumes lines ~2x faster: from
-      // DRAM 1.3-1.6x faster than NTA there, single thread).
-      if (to_l2)
+      // microseconds, then never again). to_l2: T1 instead (the AVX512-BF16 kernel, which
+      // consumes lines ~2x faster: from DRAM 1.3-1.6x faster than NTA there, single thread).
+      // runs_to_l2 (the AVX2 kernel): T1 where a token's rows of every head are one run (a
+      // [block, block_size, H * D] cache), NTA for rows apart (BNSD, [block, H, block_size,
+      // D]). On Zen 4 with AVX2 (session 17, 2 threads): D1's shape 3.9 -> 3.25 ms and D4's
+      // 18.3 -> 13.0 ms with T1, while a contiguous BNSD cache (D5) ran 1.04x slower with T1
+      // and the 4-D cache the same; on Zen 3 T1, T0 and NTA were within the noise of each
+      // other for the 3-D cache (architecture_notes.md, sessions 8 and 15).
+      if (l2)
         for (; lines > 0 && cur < end; --lines, cur += 64) _mm_prefetch(cur, _MM_HINT_T1);
       else
         for (; lines > 0 && cur < end; --lines, cur += 64) _mm_prefetch(cur, _MM_HINT_NTA);
