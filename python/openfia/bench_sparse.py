@@ -329,11 +329,15 @@ def describe_plan(meta):
 
 def _busy_report(name, openfia, sas, meta, call, reps=5):
     """Per-worker busy time of the metadata's compute records, per-thread busy time, the merge
-    and the balance, from the call (of `reps`) with the shortest wall time (compute phase plus
-    merge phase: the shortest compute phase alone could pick a call whose merge was preempted)."""
+    and the balance, from the call (of `reps`, each prepared by `settle` like a timed call) with
+    the shortest wall time (compute phase plus merge phase: the shortest compute phase alone
+    could pick a call whose merge was preempted)."""
     wall = lambda b: b["compute_wall"][0] + b["merge_wall"][0]  # noqa: E731
     best = None
     for _ in range(reps):
+        # The same preparation as a timed call (the report follows the last timed PyTorch call,
+        # whose OpenMP workers may still spin on both cores).
+        settle("openfia")
         _, _, busy = call()
         if busy and (best is None or wall(busy) < wall(best)):
             best = busy
