@@ -89,7 +89,7 @@ __attribute__((always_inline)) inline __m256 DecDequant(__m256 x, __m256 scale, 
 //   below: x + o is a multiple of u = min(1, ulp(o)) = 2^min(0, e(o) - 23) (u = 1 for o = 0),
 //          so a nonzero |x + o| >= u and the product >= 2^-125 when e(s) + log2 u >= -125.
 template <int XL>
-inline bool DecFastRange(float s, float o) {
+__attribute__((always_inline)) inline bool DecFastRange(float s, float o) {
   const uint32_t us = std::bit_cast<uint32_t>(s) & 0x7FFFFFFFu;
   const uint32_t uo = std::bit_cast<uint32_t>(o) & 0x7FFFFFFFu;
   const int bs = static_cast<int>(us >> 23), bo = static_cast<int>(uo >> 23);

@@ -78,10 +78,16 @@ struct DecDq {
     chan = buf;
   }
   // Scale and offset of the row at antiquant coordinates c (storage b, s) of KV head h.
-  void Row(const int64_t* c, int64_t h, float* scale, float* offset) const {
+  // fp32 parameters (the per-token antiquant's dtype) are read inline: cvt::Load's call and
+  // dtype switch for the 4 parameters of each key and head took ~5% of int8 decode (Zen 4, AVX2).
+  __attribute__((always_inline)) void Row(const int64_t* c, int64_t h, float* scale,
+                                          float* offset) const {
     const int64_t i = dq->Index(c[0], h, c[1], 0);
-    *scale = cvt::Load(dq->scale, dq->scale_elem, i);
-    *offset = has_off ? cvt::Load(dq->offset, dq->offset_elem, i) : 0.f;
+    const auto load = [i](const void* p, Elem e) {
+      return e == Elem::kF32 ? static_cast<const float*>(p)[i] : cvt::Load(p, e, i);
+    };
+    *scale = load(dq->scale, dq->scale_elem);
+    *offset = has_off ? load(dq->offset, dq->offset_elem) : 0.f;
   }
 };
 
