@@ -109,22 +109,41 @@ inline int64_t DecBytes(Elem e, int64_t elems) {
   return e == Elem::kBF16 ? 2 * elems : e == Elem::kI8 ? elems : elems / 2;
 }
 
+// The rows of the tile's keys. ResolveKey (a block-table lookup and two 64-bit divisions, for K
+// and for V) runs once per run of keys in one page (or one contiguous sequence): the next key of
+// a run is the cache row stride further on (Operand::Offset is linear in s) with its antiquant
+// coordinate one further. Per key it took ~5% of bf16 decode (Zen 4, AVX2).
 inline void DecResolve(const Problem& p, const WorkItem& w, int64_t t0, DecTile* t) {
   const int64_t jt0 = std::max(t0, w.j0);
   t->nk = std::min(t0 + TN, w.j1) - jt0;
-  for (int64_t n = 0; n < t->nk; ++n) {
-    const void* base;
-    int64_t off;
-    uint8_t pre;
-    ResolveKey(p, p.k, w.b, w.hk, jt0 + n, &base, &off, &pre, t->kc + 2 * n);
-    const Operand& ko = pre ? p.k.prefix : p.k.cache;
-    t->k[n] = static_cast<const char*>(base) + DecBytes(ko.elem, off);
-    t->kstep[n] = DecBytes(ko.elem, pre ? ko.sh : ko.Sh(w.b));
-    ResolveKey(p, p.v, w.b, w.hk, jt0 + n, &base, &off, &pre, t->vc + 2 * n);
-    const Operand& vo = pre ? p.v.prefix : p.v.cache;
-    t->v[n] = static_cast<const char*>(base) + DecBytes(vo.elem, off);
-    t->vstep[n] = DecBytes(vo.elem, pre ? vo.sh : vo.Sh(w.b));
-  }
+  const auto side = [&](const KvOperand& kv, const char** row, int64_t* step, int64_t* c) {
+    const int64_t ds = DecBytes(kv.cache.elem, kv.cache.ss);
+    int64_t left = 0;  // keys after the last resolved one in its page (cache keys only)
+    for (int64_t n = 0; n < t->nk; ++n) {
+      if (left > 0) {
+        --left;
+        row[n] = row[n - 1] + ds;
+        step[n] = step[n - 1];
+        c[2 * n] = c[2 * n - 2];
+        c[2 * n + 1] = c[2 * n - 1] + 1;
+        continue;
+      }
+      const int64_t j = jt0 + n;
+      const void* base;
+      int64_t off;
+      uint8_t pre;
+      ResolveKey(p, kv, w.b, w.hk, j, &base, &off, &pre, c + 2 * n);
+      const Operand& o = pre ? kv.prefix : kv.cache;
+      row[n] = static_cast<const char*>(base) + DecBytes(o.elem, off);
+      step[n] = DecBytes(o.elem, pre ? o.sh : o.Sh(w.b));
+      if (!pre) {
+        const int64_t tk = p.kv_begin[w.b] + j - p.prefix_len;
+        left = p.paged ? p.block_size - 1 - tk % p.block_size : t->nk;
+      }
+    }
+  };
+  side(p.k, t->k, t->kstep, t->kc);
+  side(p.v, t->v, t->vstep, t->vc);
   for (int64_t n = t->nk; n < kDecMaxKeys; ++n) {
     t->k[n] = t->v[n] = reinterpret_cast<const char*>(kDecZeroRow);
     t->kstep[n] = t->vstep[n] = 0;
