@@ -561,7 +561,7 @@ void DecRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowSta
   DecResolve(p, w, tile0, &tiles[0]);
   const int64_t klines = nh * ((kbytes + 63) / 64), vlines = nh * ((vbytes + 63) / 64);
   DecPrefetcher pf;  // K of the tile's scores, then its V, then the next tile's K
-  pf.runs_to_l2 = true;
+  pf.hint = DecPrefetcher::Hint::kT1Runs;
   pf.Start(&tiles[0], false, nh, kbytes, 0);
   pf.Issue(kDecAhead * klines, kDecAhead);
   int cur = 0;

@@ -609,7 +609,7 @@ void BdRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStat
   DecResolve(p, w, tile0, &tiles[0]);
   const int64_t klines = nh * ((kbytes + 63) / 64), vlines = nh * ((vbytes + 63) / 64);
   DecPrefetcher pf;  // K of the tile's scores, then its V, then the next tile's K
-  pf.to_l2 = true;
+  pf.hint = DecPrefetcher::Hint::kT1;
   pf.Start(&tiles[0], false, nh, kbytes, 0);
   pf.Issue(kBdAhead * klines, kBdAhead);
   int cur = 0;

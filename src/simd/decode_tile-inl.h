@@ -5,7 +5,7 @@
 // kernel that uses it; no include guard (each target has its own copy).
 
 constexpr int64_t kDecMaxD = 1024;
-constexpr int64_t kDecMaxKeys = 72;  // TN rounded up to a multiple of every key block (3, 4, 6, 8, 12)
+constexpr int64_t kDecMaxKeys = 72;  // TN rounded up to a multiple of 12 (other key blocks divide TN)
 constexpr int64_t kDecAhead = 8;     // tokens of prefetch distance (all heads' rows of each)
 
 // How the kernel reads one of K / V: bf16 rows (split into even / odd channels in registers),
@@ -162,9 +162,10 @@ struct DecPrefetcher {
   const char* cur = nullptr;          // tokens when their heads' rows are contiguous)
   const char* end = nullptr;
   int64_t n_hk = 1, bytes = 0;
-  bool to_l2 = false;                 // prefetch into L2 (T1), not L1 only (NTA)
-  bool runs_to_l2 = false;            // T1 for runs of whole tokens, NTA for single rows
-  bool l2 = false;                    // the hint of the current run
+  // Where the lines go: L1 only (NTA), L2 (T1), or L2 for runs of whole tokens and L1 for rows
+  // apart (kT1Runs).
+  enum class Hint : uint8_t { kNta, kT1, kT1Runs } hint = Hint::kNta;
+  bool l2 = false;                    // the current run's lines go to L2
 
   void Start(const DecTile* tile, bool values, int64_t heads, int64_t row_bytes, int64_t n0) {
     t = tile;
@@ -184,7 +185,7 @@ struct DecPrefetcher {
     cur = row + x * step;
     const bool whole = step == bytes;  // the token's rows of every head are one run
     end = cur + (whole ? (n_hk - x) * bytes : bytes);
-    l2 = to_l2 || (runs_to_l2 && whole);
+    l2 = hint == Hint::kT1 || (hint == Hint::kT1Runs && whole);
     if (whole) x = n_hk - 1;
   }
   // Prefetches up to `lines` lines, not past token `n_end`.
@@ -193,9 +194,9 @@ struct DecPrefetcher {
     n_end = std::min(n_end, t->nk);
     while (lines > 0 && n < n_end) {
       // Non-temporal: into L1 without displacing L2 (every line is read within a few
-      // microseconds, then never again). to_l2: T1 instead (the AVX512-BF16 kernel, which
+      // microseconds, then never again). kT1: T1 instead (the AVX512-BF16 kernel, which
       // consumes lines ~2x faster: from DRAM 1.3-1.6x faster than NTA there, single thread).
-      // runs_to_l2 (the AVX2 kernel): T1 where a token's rows of every head are one run (a
+      // kT1Runs (the AVX2 kernel): T1 where a token's rows of every head are one run (a
       // [block, block_size, H * D] cache), NTA for rows apart (BNSD, [block, H, block_size,
       // D]). On Zen 4 with AVX2 (session 17, 2 threads): D1's shape 3.9 -> 3.25 ms and D4's
       // 18.3 -> 13.0 ms with T1, while a contiguous BNSD cache (D5) ran 1.04x slower with T1
