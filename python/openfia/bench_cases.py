@@ -24,11 +24,12 @@ model D5 layout=BSH B=1 N=32 KVN=8 S=1 KVS=32768 D=128
 model P1 layout=BSH B=1 N=32 KVN=8 S=512 KVS=4096 D=128 sparse=3
 model P2 layout=BSH B=1 N=32 KVN=8 S=4096 KVS=4096 D=128 sparse=3
 model P3 layout=BSND B=1 N=128 KVN=1 S=1 KVS=8192 D=512 rope=1 page=128 act_kv=8192
+model Q1 layout=BSH B=1 N=32 KVN=8 S=512 KVS=4096 D=128 sparse=3 fullquant=1
 """
 
 SUPPORTED_KEYS = {"layout", "B", "N", "KVN", "S", "KVS", "D", "DV", "dtype", "kv", "sparse",
                   "pre", "next", "mask", "act_kv", "page", "cache", "kmode", "vmode", "lse",
-                  "rope", "scale"}
+                  "rope", "scale", "fullquant"}
 ROPE_DIM = 64  # MLA rope head dim
 
 

@@ -149,7 +149,6 @@ void ScratchBuffer::Clear() {
   std::fill(ptr_.begin(), ptr_.end(), nullptr);
   std::fill(u8_.begin(), u8_.end(), 0);
   std::fill(acc64_.begin(), acc64_.end(), 0);
-  std::fill(lsum_.begin(), lsum_.end(), 0.0);
 }
 
 ScratchBuffer::ScratchBuffer(const Problem& p) {
@@ -208,11 +207,28 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
     qt_ = std::make_unique_for_overwrite<float[]>(s.dk * s.qt_ld + 16);
     s.qt = qt_.get() + (16 - reinterpret_cast<uintptr_t>(qt_.get()) / 4 % 16) % 16;
   }
-  if (p.full_quant) {
-    acc64_.assign(kMaxRows * p.d_v, 0);
-    lsum_.assign(kMaxRows, 0.0);
+  if (p.full_quant) {  // written before they are read (attend_fullquant-inl.h): no clearing
+    const int64_t dq = (s.dk + 1) / 2 * 2, dvq = (p.d_v + 15) / 16 * 16;
+    acc64_.assign(rows * p.d_v + rows, 0);
     s.acc64 = acc64_.data();
-    s.lsum = lsum_.data();
+    s.fq_l = s.acc64 + rows * p.d_v;
+    // One allocation of bytes (its parts are implicitly created objects of their own types),
+    // each part rounded up to 64 bytes.
+    const auto line = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+    const int64_t bq = line(2 * rows * dq), bk = line(2 * dq * kTileKeys),
+                  bv = line(2 * kTileKeys * dvq), bp = line(2 * rows * kTileKeys),
+                  bs = line(4 * rows * kTileKeys), ba = line(4 * rows * dvq), bn = line(rows),
+                  bf = line(4 * kTileKeys);
+    fq_ = std::make_unique_for_overwrite<unsigned char[]>(bq + bk + bv + bp + bs + ba + bn + bf + 64);
+    unsigned char* f = fq_.get() + (64 - reinterpret_cast<uintptr_t>(fq_.get()) % 64) % 64;
+    s.fq_q = reinterpret_cast<int16_t*>(f);
+    s.fq_k = reinterpret_cast<int16_t*>(f += bq);
+    s.fq_v = reinterpret_cast<int16_t*>(f += bk);
+    s.fq_p = reinterpret_cast<int16_t*>(f += bv);
+    s.fq_s = reinterpret_cast<int32_t*>(f += bp);
+    s.fq_acc = reinterpret_cast<int32_t*>(f += bs);
+    s.fq_nan = f += ba;
+    s.fq_pse = reinterpret_cast<float*>(f += bn);
   }
 }
 

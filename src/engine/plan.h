@@ -121,9 +121,22 @@ struct EngineScratch {
   // otherwise.
   float* qt = nullptr;
   int64_t qt_ld = 0;
-  // int8 full quantization only (null otherwise): exact P8 * V sums and row sums of E.
-  int64_t* acc64 = nullptr;      // [kMaxRows, d_v]
-  double* lsum = nullptr;        // [kMaxRows]
+  // int8 full quantization only (null otherwise; attend_fullquant-inl.h, which documents the
+  // layouts): int16 forms of the query rows [rows, dq], the K tile [dq / 2, kTileKeys, 2], the V
+  // tile [kTileKeys / 2, dvq, 2] and P8 [rows, kTileKeys]; int32 scores [rows, kTileKeys] and
+  // P8 * V sums [rows, dvq]; exact int64 P8 * V sums [rows, d_v] and sums of E in units of 2^-24
+  // [rows]; NaN flags [rows]; one row's pse bias [kTileKeys]. rows = MaxItemRows, dq = dk rounded
+  // up to 2, dvq = d_v rounded up to 16.
+  int16_t* fq_q = nullptr;
+  int16_t* fq_k = nullptr;
+  int16_t* fq_v = nullptr;
+  int16_t* fq_p = nullptr;
+  int32_t* fq_s = nullptr;
+  int32_t* fq_acc = nullptr;
+  int64_t* acc64 = nullptr;
+  int64_t* fq_l = nullptr;
+  uint8_t* fq_nan = nullptr;
+  float* fq_pse = nullptr;
 };
 
 // Owns the memory of one EngineScratch.
@@ -143,8 +156,8 @@ class ScratchBuffer {
   std::vector<uint8_t> u8_;
   std::unique_ptr<float[]> step_;
   std::unique_ptr<float[]> qt_;
-  std::vector<int64_t> acc64_;
-  std::vector<double> lsum_;
+  std::vector<int64_t> acc64_;  // acc64, then fq_l
+  std::unique_ptr<unsigned char[]> fq_;  // the other fq_ buffers
   EngineScratch s_;
 };
 

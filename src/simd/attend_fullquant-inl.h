@@ -1,157 +1,309 @@
 // openfia internal: int8 full quantization (int8 query, key and value; SEMANTICS 1.8) on the
-// engine. Included by attend-inl.h (inside the per-target namespace, after ResolveKey).
+// engine. Included by attend-inl.h (inside the per-target namespace, after ResolveKey). The
+// driver FqRun takes its products, packing and per-row element operations from an Ops class:
+// FqScalarOps here (every target), FqAvx2Ops in fullquant_avx2-inl.h (the x86 tables).
 //
-// The same step-by-step fp16 emulation as the reference's FullQuantRow, on int8 dot products:
+// The same step-by-step fp16 emulation as the reference's FullQuantRow:
 //   S = fp16(fp16(clip(float(Q.K) * ds1, +-65504)) * fp16(scale)) [+ pse, fp16 add]
 //   m = max over every visible key of the row (NaN-propagating)
-//   E = fp16(exp(S - m)); l = sum E (double); P8 = clip(rne(fp16(E * fp16(qs1))), -128, 127)
+//   E = fp16(exp(S - m)); l = sum E; P8 = clip(rne(fp16(E * fp16(qs1))), -128, 127)
 //   out = float(sum P8 * V) * ds2 / fp16(l)
-// The max is over all visible keys at once (the reference's decision), so an item makes two
-// passes over its keys: the first finds m, the second recomputes the int8 scores (cheaper than
-// holding S_kv scores per row: the workspace stays bounded by the tile) and accumulates. The
-// plan never splits full-quant items (plan.cc). exp is std::exp, exactly the reference's.
+// Every step is exact or the reference's rounding in the reference's order, so the output is
+// bitwise the reference's (test FullQuant.EngineBitwiseEqualsReference):
+//   - Q.K and P8.V are integer sums of int16 pair products (int8 values widened once per tile,
+//     two channels or two keys per 32-bit word: one VPMADDWD does 16 products on AVX2), summed
+//     in int32: exact, |q k| <= 2^14 per channel. A tile adds at most 64 * 2^14 to a P8.V sum,
+//     and the int32 sums move into the int64 row sums every kFqFlushTiles tiles, long before
+//     an int32 could overflow (the reference sums in int64).
+//   - l: every E is an fp16 value in [0, 1], so a multiple of 2^-24: l is kept as an integer
+//     count of 2^-24 (exact; the reference's double sum is exact too, in any order).
+//   - exp: std::exp (expf) per element, or a vector exp whose fp16 rounding is used only where
+//     it provably equals that of expf (fullquant_avx2-inl.h FqExpF16).
+// The max is over all visible keys at once (the reference's decision), so each KV head of an
+// item makes two passes over its keys: the first finds m, the second recomputes the integer
+// scores (the workspace stays bounded by the tile) and accumulates. The plan never splits
+// full-quant items (plan.cc).
 //
-// Row states handed to the epilogue: m, l (float of the double sum) and acc = the final fp32
-// output row; engine.cc's Epilogue writes acc as is for full quantization (no sinks here).
+// Layouts (int16 elements, EngineScratch::fq_*): query rows q[r][dq] with dq = dk rounded up
+// to 2 (zero channel padding); the K tile kp[c2][n][2] = channels 2 c2, 2 c2 + 1 of key n for
+// n < round_up(nk, 8) (zero keys past nk); the V tile vp[n2][d][2] = channel d of keys 2 n2,
+// 2 n2 + 1 for d < dvq = round_up(d_v, 16) (zeros past d_v and past key nk); P8 p[r][n].
+
+constexpr int64_t kFqFlushTiles = 1024;  // tiles between int32 -> int64 moves of the P8.V sums
+constexpr float kFqF16Max = 65504.f;
 
 inline float F16Round(float x) { return cvt::RoundToElem(x, Elem::kF16); }
 
-inline void AttendFullQuant(const Problem& p, const WorkItem& w, EngineScratch& sc,
-                            const RowStates& out) {
+// The per-call constants of the fp16 emulation.
+struct FqConst {
+  float ds1;      // dequant_scale1 as the golden's "float19" (low 13 mantissa bits cleared)
+  float scale16;  // fp16(scale)
+  float qs1_16;   // fp16(quant_scale1)
+};
+
+// S from the integer score (and the pse bias, nullptr when absent).
+inline float FqScore(int32_t acc, const FqConst& c, const float* pse) {
+  float x = std::clamp(static_cast<float>(acc) * c.ds1, -kFqF16Max, kFqF16Max);
+  x = F16Round(F16Round(x) * c.scale16);
+  if (pse != nullptr) x = F16Round(x + *pse);
+  return x;
+}
+
+// The element operations of one row of a tile, one element at a time (exactly the reference's
+// FullQuantRow steps). s: integer scores of keys [0, nk); vis: visibility (nullptr: all
+// visible); pse: the row's bias per key (nullptr: none).
+struct FqScalarRows {
+  // The NaN-propagating max of m and the visible S.
+  static float RowMax(const int32_t* s, int64_t nk, const uint8_t* vis, const float* pse,
+                      const FqConst& c, float m) {
+    for (int64_t n = 0; n < nk; ++n) {
+      if (vis != nullptr && !vis[n]) continue;
+      const float x = FqScore(s[n], c, pse != nullptr ? pse + n : nullptr);
+      m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<float>::quiet_NaN()
+                                         : std::max(m, x);
+    }
+    return m;
+  }
+  // P8 of keys [0, npad) into p (0 for invisible keys and past nk), E summed into *l24 (units of
+  // 2^-24). False when an E or P8 is NaN (the row is NaN; p and *l24 are then meaningless).
+  static bool RowProbs(const int32_t* s, int64_t nk, int64_t npad, const uint8_t* vis,
+                       const float* pse, const FqConst& c, float m, int64_t* l24, int16_t* p) {
+    for (int64_t n = 0; n < npad; ++n) {
+      p[n] = 0;
+      if (n >= nk || (vis != nullptr && !vis[n])) continue;
+      const float x = FqScore(s[n], c, pse != nullptr ? pse + n : nullptr);
+      const float e = F16Round(std::exp(x - m));
+      const float pq = F16Round(e * c.qs1_16);
+      if (std::isnan(e) || std::isnan(pq)) return false;
+      *l24 += static_cast<int64_t>(e * 16777216.f);  // e in [0, 1], a multiple of 2^-24
+      p[n] = static_cast<int16_t>(std::clamp(std::nearbyint(pq), -128.f, 127.f));
+    }
+    return true;
+  }
+};
+
+// kp (see the layout above) from int8 key rows (channel stride sd[n]), keys [0, nk), D channels.
+inline void FqPackKScalar(const int8_t* const* rows, const int64_t* sd, int64_t nk, int64_t D,
+                          int16_t* kp) {
+  const int64_t dq = (D + 1) / 2 * 2, npad = (nk + 7) / 8 * 8;
+  for (int64_t n = 0; n < npad; ++n)
+    for (int64_t d = 0; d < dq; ++d)
+      kp[((d / 2) * TN + n) * 2 + d % 2] = n < nk && d < D ? rows[n][d * sd[n]] : 0;
+}
+
+// vp (see the layout above) from int8 value rows, keys [0, nk), Dv channels of dvq.
+inline void FqPackVScalar(const int8_t* const* rows, const int64_t* sd, int64_t nk, int64_t Dv,
+                          int64_t dvq, int16_t* vp) {
+  for (int64_t n2 = 0; n2 < (nk + 1) / 2; ++n2)
+    for (int64_t t = 0; t < 2; ++t) {
+      const int64_t n = 2 * n2 + t;
+      for (int64_t d = 0; d < dvq; ++d)
+        vp[(n2 * dvq + d) * 2 + t] = n < nk && d < Dv ? rows[n][d * sd[n]] : 0;
+    }
+}
+
+// Portable products (loops the compiler may vectorize; exact integer arithmetic).
+struct FqScalarOps : FqScalarRows {
+  static void PackK(const int8_t* const* rows, const int64_t* sd, int64_t nk, int64_t D,
+                    int16_t* kp) {
+    FqPackKScalar(rows, sd, nk, D, kp);
+  }
+  static void PackV(const int8_t* const* rows, const int64_t* sd, int64_t nk, int64_t Dv,
+                    int64_t dvq, int16_t* vp) {
+    FqPackVScalar(rows, sd, nk, Dv, dvq, vp);
+  }
+  // s[r][n] = q_r . k_n for r < nr, n < npad (a multiple of 8); rows of q at stride ldq.
+  static void Scores(const int16_t* q, int64_t ldq, int64_t nr, const int16_t* kp, int64_t dq,
+                     int64_t npad, int32_t* s) {
+    for (int64_t r = 0; r < nr; ++r) {
+      int32_t* sr = s + r * TN;
+      for (int64_t n = 0; n < npad; ++n) sr[n] = 0;
+      for (int64_t c2 = 0; c2 < dq / 2; ++c2) {
+        const int32_t a = q[r * ldq + 2 * c2], b = q[r * ldq + 2 * c2 + 1];
+        const int16_t* kr = kp + c2 * TN * 2;
+        for (int64_t n = 0; n < npad; ++n) sr[n] += a * kr[2 * n] + b * kr[2 * n + 1];
+      }
+    }
+  }
+  // acc[r][d] += sum over key pairs n2 < np2 of p[r][2 n2 + t] * v[2 n2 + t][d], d < dvq.
+  static void Pv(const int16_t* p, int64_t nr, const int16_t* vp, int64_t dvq, int64_t np2,
+                 int32_t* acc) {
+    for (int64_t r = 0; r < nr; ++r) {
+      int32_t* ar = acc + r * dvq;
+      for (int64_t n2 = 0; n2 < np2; ++n2) {
+        const int32_t a = p[r * TN + 2 * n2], b = p[r * TN + 2 * n2 + 1];
+        if (a == 0 && b == 0) continue;
+        const int16_t* vr = vp + n2 * dvq * 2;
+        for (int64_t d = 0; d < dvq; ++d) ar[d] += a * vr[2 * d] + b * vr[2 * d + 1];
+      }
+    }
+  }
+};
+
+template <class Ops>
+inline void FqRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  constexpr float kF16Max = 65504.f;
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t hrows = w.head_rows(), D = p.d_qk, Dv = p.d_v;
+  const int64_t dq = (D + 1) / 2 * 2, dvq = (Dv + 15) / 16 * 16;
   const ItemOrigins org = OriginsOf(p, b);
-  const int64_t pre = org.pre, next = org.next, mask_row0 = org.mask_row0,
-                mask_col0 = org.mask_col0, pse_row0 = org.pse_row0, pse_col0 = org.pse_col0;
-  // dequant_scale1 as the golden's "float19" (low 13 mantissa bits cleared).
-  const float ds1 = cvt::FromBits(cvt::Bits(p.dequant_scale1) & 0xFFFFE000u);
-  const float scale16 = F16Round(static_cast<float>(p.scale));
-  const float qs1_16 = F16Round(p.quant_scale1);
+  const int64_t pre = org.pre, next = org.next;
+  const FqConst c{cvt::FromBits(cvt::Bits(p.dequant_scale1) & 0xFFFFE000u),
+                  F16Round(static_cast<float>(p.scale)), F16Round(p.quant_scale1)};
 
-  // The int8 query rows live over sc.q (as bytes).
-  int8_t* q8 = reinterpret_cast<int8_t*>(sc.q);  // [rows][D]
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t hk = w.hk + r / hrows, rr = r % hrows;
-    const int64_t h = hk * G + w.g0 + rr / nq, row = p.q_begin[b] + w.i0 + rr % nq;
-    const int8_t* src = static_cast<const int8_t*>(p.q.Base(b));
-    const int64_t qo = p.q.Offset(b, h, row, 0);
-    for (int64_t d = 0; d < D; ++d) q8[r * D + d] = src[qo + DOff(p.q, d)];
     out.m[r] = kNegInf;
     out.l[r] = 0.f;
     for (int64_t d = 0; d < out.acc_stride; ++d) out.acc[r * out.acc_stride + d] = 0.f;
   }
   if (w.j0 >= w.j1) return;
 
-  // Visibility of key j from logical query i (band and bit mask, as the reference).
-  const auto visible = [&](int64_t i, int64_t j) {
-    if (j < i - pre || j > i + next) return false;
-    if (p.mask == nullptr) return true;
-    return p.mask[b * p.mask_sb + (mask_row0 + i) * p.mask_ss + (mask_col0 + j) * p.mask_sk] == 0;
-  };
-  // Score of row r against key j whose int8 row starts at k8.
-  const auto score = [&](int64_t r, int64_t j, const int8_t* k8, int64_t ksd) {
-    const int8_t* qr = q8 + r * D;
-    int32_t acc = 0;
-    if (ksd == 1) {
-      for (int64_t d = 0; d < D; ++d) acc += static_cast<int32_t>(qr[d]) * k8[d];
-    } else {
-      for (int64_t d = 0; d < D; ++d) acc += static_cast<int32_t>(qr[d]) * k8[d * ksd];
-    }
-    float x = std::clamp(static_cast<float>(acc) * ds1, -kF16Max, kF16Max);
-    x = F16Round(F16Round(x) * scale16);
-    if (p.pse != nullptr) {
-      const int64_t hk = w.hk + r / hrows, rr = r % hrows;
-      const int64_t h = hk * G + w.g0 + rr / nq, i = w.i0 + rr % nq;
-      const int64_t po =
-          b * p.pse_sb + h * p.pse_sh + (pse_row0 + i) * p.pse_ss + (pse_col0 + j) * p.pse_sk;
-      x = F16Round(x + cvt::Load(p.pse, p.pse_elem, po));
-    }
-    return x;
-  };
-  // K/V rows: ResolveKey gives element offsets into int8 storage; channels must be reachable
-  // with one stride (EngineSupports requires no NZ split for full quantization).
-  const auto row8 = [&](const KvOperand& kv, int64_t hk, int64_t j, int64_t* sd) {
-    const void* base;
-    int64_t off;
-    uint8_t pre_flag;
-    ResolveKey(p, kv, b, hk, j, &base, &off, &pre_flag);
-    *sd = (pre_flag ? kv.prefix : kv.cache).sd;
-    return static_cast<const int8_t*>(base) + off;
-  };
+  // The int8 query rows widened to int16 (zero channel padding).
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t hk = w.hk + r / hrows, rr = r % hrows;
+    const int64_t h = hk * G + w.g0 + rr / nq, row = p.q_begin[b] + w.i0 + rr % nq;
+    const int8_t* src = static_cast<const int8_t*>(p.q.Base(b));
+    const int64_t qo = p.q.Offset(b, h, row, 0);
+    int16_t* dst = sc.fq_q + r * dq;
+    for (int64_t d = 0; d < dq; ++d) dst[d] = d < D ? src[qo + DOff(p.q, d)] : 0;
+  }
 
-  // Pass 1: the row maxima (NaN-propagating: a NaN score, only possible through pse, wins).
-  for (int64_t j = w.j0; j < w.j1; ++j) {
-    for (int64_t hx = 0; hx < w.n_hk; ++hx) {
-      const int64_t hk = w.hk + hx;
-      int64_t ksd = 1;
-      const int8_t* k8 = nullptr;
+  // Where key j of KV head hk lives (int8 rows, one channel stride: EngineSupports).
+  const auto resolve = [&](const KvOperand& kv, int64_t hk, int64_t jt0, int64_t nk,
+                           const int8_t** row, int64_t* sd) {
+    for (int64_t n = 0; n < nk; ++n) {
+      const void* base;
+      int64_t off;
+      uint8_t pre_flag;
+      ResolveKey(p, kv, b, hk, jt0 + n, &base, &off, &pre_flag);
+      row[n] = static_cast<const int8_t*>(base) + off;
+      sd[n] = (pre_flag ? kv.prefix : kv.cache).sd;
+    }
+  };
+  const int8_t* krow[TN];
+  const int8_t* vrow[TN];
+  int64_t ksd[TN], vsd[TN];
+
+  const int64_t tile0 = w.j0 / TN * TN;
+  for (int64_t hx = 0; hx < w.n_hk; ++hx) {
+    const int64_t hk = w.hk + hx, r0 = hx * hrows;
+    const int16_t* qh = sc.fq_q + r0 * dq;
+    // The tiles of this head's keys some row sees: [jt0, jt0 + nk), `full` when no row's band
+    // or mask hides one of them; vis (TileVisibility, per query) otherwise.
+    struct Tile {
+      int64_t jt0, nk, npad;
+      bool full;
+    };
+    const auto tile_at = [&](int64_t t0, Tile* t) {
+      const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1);
+      if (std::max(w.i0, jt0 - next) > std::min(w.i1 - 1, jt1 - 1 + pre)) return false;
+      t->jt0 = jt0;
+      t->nk = jt1 - jt0;
+      t->npad = (t->nk + 7) / 8 * 8;
+      t->full = p.mask == nullptr && (w.i1 - 1) - pre <= jt0 && jt1 - 1 <= w.i0 + next;
+      if (!t->full) TileVisibility(p, b, org, w.i0, nq, jt0, t->nk, sc.vis, TN);
+      return true;
+    };
+    // Whether row rr sees none of the tile's keys (its band misses the tile).
+    const auto row_out = [&](int64_t rr, const Tile& t) {
+      const int64_t i = w.i0 + rr % nq;
+      return i + next < t.jt0 || i - pre > t.jt0 + t.nk - 1;
+    };
+    // The pse bias of row rr for the tile's keys into sc.fq_pse (nullptr when absent).
+    const auto pse_row = [&](int64_t rr, const Tile& t) -> const float* {
+      if (p.pse == nullptr) return nullptr;
+      const int64_t h = hk * G + w.g0 + rr / nq, i = w.i0 + rr % nq;
+      const int64_t po = b * p.pse_sb + h * p.pse_sh + (org.pse_row0 + i) * p.pse_ss +
+                         (org.pse_col0 + t.jt0) * p.pse_sk;
+      for (int64_t n = 0; n < t.npad; ++n)  // (zeros past nk: vector rows read whole groups)
+        sc.fq_pse[n] = n < t.nk ? cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk) : 0.f;
+      return sc.fq_pse;
+    };
+    const auto vis_row = [&](int64_t rr, const Tile& t) -> const uint8_t* {
+      return t.full ? nullptr : sc.vis + (rr % nq) * TN;
+    };
+
+    // Pass 1: the row maxima.
+    Tile t;
+    for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
+      if (!tile_at(t0, &t)) continue;
+      resolve(p.k, hk, t.jt0, t.nk, krow, ksd);
+      Ops::PackK(krow, ksd, t.nk, D, sc.fq_k);
+      Ops::Scores(qh, dq, hrows, sc.fq_k, dq, t.npad, sc.fq_s);
       for (int64_t rr = 0; rr < hrows; ++rr) {
-        if (!visible(w.i0 + rr % nq, j)) continue;
-        if (k8 == nullptr) k8 = row8(p.k, hk, j, &ksd);
-        const int64_t r = hx * hrows + rr;
-        const float s = score(r, j, k8, ksd);
-        if (std::isnan(s) || std::isnan(out.m[r]))
-          out.m[r] = std::numeric_limits<float>::quiet_NaN();
-        else
-          out.m[r] = std::max(out.m[r], s);
+        if (row_out(rr, t)) continue;
+        float& m = out.m[r0 + rr];
+        m = Ops::RowMax(sc.fq_s + rr * TN, t.nk, vis_row(rr, t), pse_row(rr, t), c, m);
       }
     }
-  }
 
-  // Pass 2: E, l, P8 and the exact integer sums of P8 * V (int64, like the reference, in the
-  // full-quant scratch ScratchBuffer allocates for such problems).
-  int64_t* acc64 = sc.acc64;  // [rows][Dv]
-  double* lsum = sc.lsum;     // [rows]
-  uint8_t* nan_row = sc.vis;  // [rows]
-  for (int64_t x = 0; x < rows * Dv; ++x) acc64[x] = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    lsum[r] = 0.0;
-    nan_row[r] = std::isnan(out.m[r]) ? 1 : 0;
-  }
-  for (int64_t j = w.j0; j < w.j1; ++j) {
-    for (int64_t hx = 0; hx < w.n_hk; ++hx) {
-      const int64_t hk = w.hk + hx;
-      int64_t ksd = 1, vsd = 1;
-      const int8_t* k8 = nullptr;
-      const int8_t* v8 = nullptr;
-      for (int64_t rr = 0; rr < hrows; ++rr) {
-        const int64_t r = hx * hrows + rr;
-        if (nan_row[r] || !visible(w.i0 + rr % nq, j)) continue;
-        if (k8 == nullptr) {
-          k8 = row8(p.k, hk, j, &ksd);
-          v8 = row8(p.v, hk, j, &vsd);
+    // Pass 2: P8, l and the integer P8.V sums (int32 per tile run, int64 per row).
+    int64_t* acc64 = sc.acc64 + r0 * Dv;
+    int64_t* l24 = sc.fq_l + r0;
+    uint8_t* nan_row = sc.fq_nan + r0;
+    for (int64_t rr = 0; rr < hrows; ++rr) {
+      for (int64_t d = 0; d < Dv; ++d) acc64[rr * Dv + d] = 0;
+      l24[rr] = 0;
+      nan_row[rr] = std::isnan(out.m[r0 + rr]) ? 1 : 0;
+    }
+    for (int64_t x = 0; x < hrows * dvq; ++x) sc.fq_acc[x] = 0;
+    const auto flush = [&] {
+      for (int64_t rr = 0; rr < hrows; ++rr)
+        for (int64_t d = 0; d < Dv; ++d) {
+          acc64[rr * Dv + d] += sc.fq_acc[rr * dvq + d];
+          sc.fq_acc[rr * dvq + d] = 0;
         }
-        const float s = score(r, j, k8, ksd);
-        const float e = F16Round(std::exp(s - out.m[r]));
-        lsum[r] += e;
-        const float pq = F16Round(e * qs1_16);
-        if (std::isnan(pq)) {
-          nan_row[r] = 1;
+    };
+    int64_t run = 0;  // tiles since the last flush
+    for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
+      if (!tile_at(t0, &t)) continue;
+      resolve(p.k, hk, t.jt0, t.nk, krow, ksd);
+      resolve(p.v, hk, t.jt0, t.nk, vrow, vsd);
+      Ops::PackK(krow, ksd, t.nk, D, sc.fq_k);
+      Ops::PackV(vrow, vsd, t.nk, Dv, dvq, sc.fq_v);
+      Ops::Scores(qh, dq, hrows, sc.fq_k, dq, t.npad, sc.fq_s);
+      for (int64_t rr = 0; rr < hrows; ++rr) {
+        int16_t* pr = sc.fq_p + rr * TN;
+        if (nan_row[rr] || row_out(rr, t)) {
+          for (int64_t n = 0; n < t.npad; ++n) pr[n] = 0;
           continue;
         }
-        const int64_t p8 = static_cast<int64_t>(std::clamp(std::nearbyint(pq), -128.f, 127.f));
-        if (p8 == 0) continue;
-        int64_t* a = acc64 + r * Dv;
-        for (int64_t d = 0; d < Dv; ++d) a[d] += p8 * v8[d * vsd];
+        if (!Ops::RowProbs(sc.fq_s + rr * TN, t.nk, t.npad, vis_row(rr, t), pse_row(rr, t), c,
+                           out.m[r0 + rr], &l24[rr], pr)) {
+          nan_row[rr] = 1;
+          for (int64_t n = 0; n < t.npad; ++n) pr[n] = 0;
+        }
+      }
+      Ops::Pv(sc.fq_p, hrows, sc.fq_v, dvq, (t.nk + 1) / 2, sc.fq_acc);
+      if (++run == kFqFlushTiles) {
+        flush();
+        run = 0;
+      }
+    }
+    flush();
+
+    for (int64_t rr = 0; rr < hrows; ++rr) {
+      const int64_t r = r0 + rr;
+      float* a = out.acc + r * out.acc_stride;
+      if (nan_row[rr]) {
+        out.m[r] = std::numeric_limits<float>::quiet_NaN();
+        out.l[r] = std::numeric_limits<float>::quiet_NaN();
+        for (int64_t d = 0; d < Dv; ++d) a[d] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      if (out.m[r] == kNegInf) continue;  // no visible key: the epilogue writes 0 / +inf
+      const double l = static_cast<double>(l24[rr]) * 0x1p-24;  // exact
+      out.l[r] = static_cast<float>(l);
+      const float l16 = F16Round(static_cast<float>(l));
+      for (int64_t d = 0; d < Dv; ++d) {
+        const float od = static_cast<float>(acc64[rr * Dv + d]) * p.dequant_scale2;
+        a[d] = od / l16;
       }
     }
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    float* a = out.acc + r * out.acc_stride;
-    if (nan_row[r]) {
-      out.m[r] = std::numeric_limits<float>::quiet_NaN();
-      out.l[r] = std::numeric_limits<float>::quiet_NaN();
-      for (int64_t d = 0; d < Dv; ++d) a[d] = std::numeric_limits<float>::quiet_NaN();
-      continue;
-    }
-    if (out.m[r] == kNegInf) continue;  // no visible key: the epilogue writes 0 / +inf
-    out.l[r] = static_cast<float>(lsum[r]);
-    const float l16 = F16Round(static_cast<float>(lsum[r]));
-    for (int64_t d = 0; d < Dv; ++d) {
-      const float od = static_cast<float>(acc64[r * Dv + d]) * p.dequant_scale2;
-      a[d] = od / l16;
-    }
-  }
+}
+
+inline void AttendFullQuant(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                            const RowStates& out) {
+  FqRun<FqScalarOps>(p, w, sc, out);
 }

@@ -174,11 +174,14 @@ struct V {
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
 #include "simd/decode_avx2-inl.h"
+#include "simd/fullquant_avx2-inl.h"
 #include "simd/rows-inl.h"
 
-// Decode items go to the dedicated kernel when it runs them, everything else to the generic loop.
+// Full-quantization items go to their VPMADDWD kernel, decode items to the dedicated kernel when
+// it runs them, everything else to the generic loop.
 void Attend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
-  if (!p.full_quant && DecodeRun(p, w, sc, out)) return;
+  if (p.full_quant) return FullQuantRun(p, w, sc, out);
+  if (DecodeRun(p, w, sc, out)) return;
   AttendImpl(p, w, sc, out);
 }
 
@@ -197,6 +200,18 @@ bool Avx2DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const
   static const bool cpu = KernelsFor("avx2") != nullptr;
   return cpu && !p.full_quant && avx2_target::DecodeRun(p, w, sc, out);
 }
+bool Avx2FullQuantRun(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                      const RowStates& out) {
+  static const bool cpu = KernelsFor("avx2") != nullptr;
+  if (!cpu || !p.full_quant) return false;
+  avx2_target::FullQuantRun(p, w, sc, out);
+  return true;
+}
+bool Avx2FullQuantExpF16(const float* x, float* y, int64_t n) {
+  if (KernelsFor("avx2") == nullptr) return false;
+  avx2_target::FqExpF16Array(x, y, n);
+  return true;
+}
 }  // namespace openfia::internal
 #else
 namespace openfia::internal {
@@ -205,5 +220,9 @@ bool Avx2DecodeRunsItem(const Problem&, const WorkItem&) { return false; }
 bool Avx2DecodeRun(const Problem&, const WorkItem&, EngineScratch&, const RowStates&) {
   return false;
 }
+bool Avx2FullQuantRun(const Problem&, const WorkItem&, EngineScratch&, const RowStates&) {
+  return false;
+}
+bool Avx2FullQuantExpF16(const float*, float*, int64_t) { return false; }
 }  // namespace openfia::internal
 #endif

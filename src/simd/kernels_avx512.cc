@@ -40,6 +40,7 @@ struct V : Avx512Vec {};
 
 // Decode items go to the AVX2 decode kernel when it runs them, everything else to the loop.
 void Attend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  if (Avx2FullQuantRun(p, w, sc, out)) return;  // int8 full quantization (VPMADDWD)
   if (Bf16DecodeRun(p, w, sc, out)) return;  // bf16 queries: fp32 FMA products
   if (Avx2DecodeRun(p, w, sc, out)) return;
   AttendImpl(p, w, sc, out);

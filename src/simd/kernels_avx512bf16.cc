@@ -45,6 +45,7 @@ struct V : Avx512Vec {};
 // Decode items go to this target's bf16 decode kernel, else to the AVX2 decode kernel (int8 /
 // int4 K or V) when they run them, everything else to the loop.
 void Attend(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out) {
+  if (Avx2FullQuantRun(p, w, sc, out)) return;  // int8 full quantization (VPMADDWD)
   if (Bf16DecodeRun(p, w, sc, out)) return;
   if (Avx2DecodeRun(p, w, sc, out)) return;
   AttendImpl(p, w, sc, out);

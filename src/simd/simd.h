@@ -112,6 +112,14 @@ bool Avx2DecodeRunsItem(const Problem& p, const WorkItem& w);
 // tables offer it their decode items first (every AVX-512 CPU has AVX2): on AMD Zen 4 it decodes
 // 2.xx times faster than the AVX-512 generic loop's streaming path (architecture_notes.md, s11).
 bool Avx2DecodeRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const RowStates& out);
+// Runs an int8 full-quantization item on the AVX2 kernel (fullquant_avx2-inl.h: VPMADDWD
+// products, vector fp16 steps); false (nothing done) for other problems or without AVX2. The
+// AVX-512 tables hand it their full-quantization items (integer products either way).
+bool Avx2FullQuantRun(const Problem& p, const WorkItem& w, EngineScratch& sc,
+                      const RowStates& out);
+// y[i] = fp16(expf(x[i])) as the AVX2 full-quantization kernel computes it (x <= 0, -inf or
+// NaN); false when AVX2 is not compiled or the CPU lacks it. For tests.
+bool Avx2FullQuantExpF16(const float* x, float* y, int64_t n);
 const KernelTable* Avx512Kernels();
 // The AVX-512 loop with VDPBF16PS dot tiles for bf16 items (attend_dot-inl.h).
 const KernelTable* Avx512Bf16Kernels();

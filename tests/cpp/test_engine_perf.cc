@@ -15,6 +15,7 @@
 #include "engine_case.h"
 #include "openfia/runtime.h"
 #include "simd/scalar_convert.h"
+#include "case_list.h"
 #include "test_sas_fixture.h"
 
 namespace openfia::internal {
@@ -263,6 +264,35 @@ TEST(EnginePerf, DISABLED_MlaDecodeP3) {
               "(%.1f per core)\n",
               static_cast<long long>(s.kv_len[0]), SimdTarget().c_str(), Threads(), ms,
               flops / ms / 1e6, flops / ms / 1e6 / Threads());
+}
+
+// int8 full quantization (int8 query, key and value; SEMANTICS 1.8) as a prompt call of the
+// shared case list's format: by default P1's geometry (512 queries over 4096 keys, bottom-right
+// causal) with int8 Q / K / V. FQ_LINE overrides the case line. Prints time and the pair rate
+// (GOP/s: 2 (D + Dv) operations per visible (head, query, key) pair, as P1's GFLOP/s).
+TEST(EnginePerf, DISABLED_FullQuantPrefill) {
+  const char* env = std::getenv("FQ_LINE");
+  const std::string line =
+      env ? env : "model fq layout=BSH B=1 N=32 KVN=8 S=512 KVS=4096 D=128 sparse=3 fullquant=1";
+  cases::CaseSpec spec;
+  ASSERT_TRUE(cases::ParseCaseLine(line, &spec));
+  cases::FiaCase c(spec);
+  SetImpl(Impl::kEngine);
+  SetNumThreads(Threads());
+  c.Run();
+  const int reps = std::getenv("REPS") ? std::atoi(std::getenv("REPS")) : 3;
+  const double ms = BestMs([&] { c.Run(); }, reps, Threads() == 1);
+  SetImpl(Impl::kAuto);
+  const cases::CaseGeometry& g = c.geometry();
+  double pairs = 0;  // bottom-right causal (sparse 2 / 3) or everything
+  const bool causal = spec.Int("sparse", 0) == 3;
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t i = 0; i < g.q_len[b]; ++i)
+      pairs += causal ? std::min(g.kv_len[b], g.kv_len[b] - g.q_len[b] + i + 1) : g.kv_len[b];
+  const double ops = pairs * g.N * 2.0 * (g.D + g.DV);
+  std::printf("full-quant prefill [%s] (%s, %d threads): %.2f ms, %.1f GOP/s (%.1f per core)\n",
+              line.c_str(), SimdTarget().c_str(), Threads(), ms, ops / ms / 1e6,
+              ops / ms / 1e6 / Threads());
 }
 
 }  // namespace
