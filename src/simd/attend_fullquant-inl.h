@@ -115,26 +115,26 @@ struct FqScalarOps : FqScalarRows {
   // s[r][n] = q_r . k_n for r < nr, n < npad (a multiple of 8); rows of q at stride ldq.
   static void Scores(const int16_t* q, int64_t ldq, int64_t nr, const int16_t* kp, int64_t dq,
                      int64_t npad, int32_t* s) {
-    for (int64_t r = 0; r < nr; ++r) {
-      int32_t* sr = s + r * TN;
-      for (int64_t n = 0; n < npad; ++n) sr[n] = 0;
-      for (int64_t c2 = 0; c2 < dq / 2; ++c2) {
-        const int32_t a = q[r * ldq + 2 * c2], b = q[r * ldq + 2 * c2 + 1];
-        const int16_t* kr = kp + c2 * TN * 2;
-        for (int64_t n = 0; n < npad; ++n) sr[n] += a * kr[2 * n] + b * kr[2 * n + 1];
-      }
-    }
+    Pairs(q, ldq, nr, kp, TN, dq / 2, npad, s, TN, false);
   }
   // acc[r][d] += sum over key pairs n2 < np2 of p[r][2 n2 + t] * v[2 n2 + t][d], d < dvq.
   static void Pv(const int16_t* p, int64_t nr, const int16_t* vp, int64_t dvq, int64_t np2,
                  int32_t* acc) {
+    Pairs(p, TN, nr, vp, dvq, np2, dvq, acc, dvq, true);
+  }
+  // Both products: c[r][n] (+)= sum over k < nk of a[r][2 k + t] * b[k][n][t] (t = 0, 1), for
+  // r < nr, n < nc; a at stride lda int16, b at stride ldb pairs, c at stride ldc.
+  static void Pairs(const int16_t* a, int64_t lda, int64_t nr, const int16_t* b, int64_t ldb,
+                    int64_t nk, int64_t nc, int32_t* c, int64_t ldc, bool acc) {
     for (int64_t r = 0; r < nr; ++r) {
-      int32_t* ar = acc + r * dvq;
-      for (int64_t n2 = 0; n2 < np2; ++n2) {
-        const int32_t a = p[r * TN + 2 * n2], b = p[r * TN + 2 * n2 + 1];
-        if (a == 0 && b == 0) continue;
-        const int16_t* vr = vp + n2 * dvq * 2;
-        for (int64_t d = 0; d < dvq; ++d) ar[d] += a * vr[2 * d] + b * vr[2 * d + 1];
+      int32_t* cr = c + r * ldc;
+      if (!acc)
+        for (int64_t n = 0; n < nc; ++n) cr[n] = 0;
+      for (int64_t k = 0; k < nk; ++k) {
+        const int32_t x = a[r * lda + 2 * k], y = a[r * lda + 2 * k + 1];
+        if (x == 0 && y == 0) continue;
+        const int16_t* br = b + k * ldb * 2;
+        for (int64_t n = 0; n < nc; ++n) cr[n] += x * br[2 * n] + y * br[2 * n + 1];
       }
     }
   }

@@ -160,49 +160,32 @@ __attribute__((always_inline)) inline __m256i FqWord(const int16_t* p) {
   return _mm256_set1_epi32(w);
 }
 
-// s[r][n0 .. n0 + 8 NB) for rows r < RB of q (stride ldq).
-template <int RB, int NB>
-__attribute__((always_inline)) inline void FqScoreBlock(const int16_t* q, int64_t ldq,
-                                                        const int16_t* kp, int64_t dq, int64_t n0,
-                                                        int32_t* s) {
+// The one register block of both products: c[r][8 j + i] (+)= sum over steps k < nk of the
+// int16 pair a[r][2 k], a[r][2 k + 1] times the pair in word i of b[k][8 j ..] (VPMADDWD), for
+// r < RB, j < NB; a at stride lda int16, b at stride ldb 32-bit words, c at stride ldc. Scores:
+// a = query rows, b = kp (steps: channel pairs), c = s; P8.V: a = P8 rows, b = vp (steps: key
+// pairs), c = the int32 sums (ACC: added to).
+template <int RB, int NB, bool ACC>
+__attribute__((always_inline)) inline void FqBlock(const int16_t* a, int64_t lda, const int16_t* b,
+                                                   int64_t ldb, int64_t nk, int32_t* c,
+                                                   int64_t ldc) {
   __m256i acc[RB][NB];
   for (int r = 0; r < RB; ++r)
-    for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_setzero_si256();
-  for (int64_t c2 = 0; c2 < dq / 2; ++c2) {
-    __m256i k[NB];
     for (int j = 0; j < NB; ++j)
-      k[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kp + (c2 * TN + n0 + 8 * j) * 2));
+      acc[r][j] = ACC ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + r * ldc + 8 * j))
+                      : _mm256_setzero_si256();
+  for (int64_t k = 0; k < nk; ++k) {
+    __m256i bv[NB];
+    for (int j = 0; j < NB; ++j)
+      bv[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (k * ldb + 8 * j) * 2));
     for (int r = 0; r < RB; ++r) {
-      const __m256i qw = FqWord(q + r * ldq + 2 * c2);
-      for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(qw, k[j]));
+      const __m256i aw = FqWord(a + r * lda + 2 * k);
+      for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(aw, bv[j]));
     }
   }
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < NB; ++j)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(s + r * TN + n0 + 8 * j), acc[r][j]);
-}
-
-// acc[r][d0 .. d0 + 8 NB) += P8 . V over key pairs [0, np2) for rows r < RB of p (stride TN).
-template <int RB, int NB>
-__attribute__((always_inline)) inline void FqPvBlock(const int16_t* p, const int16_t* vp,
-                                                     int64_t dvq, int64_t np2, int64_t d0,
-                                                     int32_t* acc) {
-  __m256i a[RB][NB];
-  for (int r = 0; r < RB; ++r)
-    for (int j = 0; j < NB; ++j)
-      a[r][j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + r * dvq + d0 + 8 * j));
-  for (int64_t n2 = 0; n2 < np2; ++n2) {
-    __m256i v[NB];
-    for (int j = 0; j < NB; ++j)
-      v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vp + (n2 * dvq + d0 + 8 * j) * 2));
-    for (int r = 0; r < RB; ++r) {
-      const __m256i pw = FqWord(p + r * TN + 2 * n2);
-      for (int j = 0; j < NB; ++j) a[r][j] = _mm256_add_epi32(a[r][j], _mm256_madd_epi16(pw, v[j]));
-    }
-  }
-  for (int r = 0; r < RB; ++r)
-    for (int j = 0; j < NB; ++j)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + r * dvq + d0 + 8 * j), a[r][j]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + r * ldc + 8 * j), acc[r][j]);
 }
 
 struct FqAvx2Ops : FqAvx2Rows {
@@ -242,15 +225,17 @@ struct FqAvx2Ops : FqAvx2Rows {
                      int64_t npad, int32_t* s) {
     RowBlocks(nr, [&]<int RB>(int64_t r0) {
       int64_t n0 = 0;
-      for (; n0 + 16 <= npad; n0 += 16) FqScoreBlock<RB, 2>(q + r0 * ldq, ldq, kp, dq, n0, s + r0 * TN);
-      if (n0 < npad) FqScoreBlock<RB, 1>(q + r0 * ldq, ldq, kp, dq, n0, s + r0 * TN);
+      for (; n0 + 16 <= npad; n0 += 16)
+        FqBlock<RB, 2, false>(q + r0 * ldq, ldq, kp + 2 * n0, TN, dq / 2, s + r0 * TN + n0, TN);
+      if (n0 < npad)
+        FqBlock<RB, 1, false>(q + r0 * ldq, ldq, kp + 2 * n0, TN, dq / 2, s + r0 * TN + n0, TN);
     });
   }
   static void Pv(const int16_t* p, int64_t nr, const int16_t* vp, int64_t dvq, int64_t np2,
                  int32_t* acc) {
     RowBlocks(nr, [&]<int RB>(int64_t r0) {
       for (int64_t d0 = 0; d0 < dvq; d0 += 16)  // dvq: a multiple of 16
-        FqPvBlock<RB, 2>(p + r0 * TN, vp, dvq, np2, d0, acc + r0 * dvq);
+        FqBlock<RB, 2, true>(p + r0 * TN, TN, vp + 2 * d0, dvq, np2, acc + r0 * dvq + d0, dvq);
     });
   }
 };

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <limits>
 #include <random>
 #include <string>
@@ -17,6 +16,7 @@
 #include "openfia/openfia.h"
 #include "simd/scalar_convert.h"
 #include "simd/simd.h"
+#include "test_arena.h"
 
 namespace openfia::internal {
 namespace {
@@ -71,23 +71,7 @@ TEST(FullQuant, VectorExpRoundsToF16LikeExpf) {
 
 // ---- whole calls through the public API: engine (every target, 1 and 2 threads) vs reference
 
-class Arena {
- public:
-  TensorView T(DType dt, std::vector<int64_t> sizes) {
-    int64_t n = 1;
-    for (int64_t s : sizes) n *= s;
-    bufs_.emplace_back(static_cast<size_t>(std::max<int64_t>(n, 1) * ElementSize(dt)), 0);
-    return TensorView(bufs_.back().data(), dt, std::move(sizes));
-  }
-  TensorView F32(float v) {
-    TensorView t = T(DType::kFloat32, {1});
-    std::memcpy(t.data, &v, 4);
-    return t;
-  }
-
- private:
-  std::deque<std::vector<uint8_t>> bufs_;
-};
+using testutil::Arena;
 
 struct FqSpec {
   int64_t B = 1, N = 4, KVN = 2, S = 19, KVS = 150, D = 32;
@@ -125,19 +109,16 @@ void Build(const FqSpec& s, FqCall* c) {
   fill8(a.query, s.qamp);
   fill8(a.key, s.kamp);
   fill8(a.value, 128);
-  a.dequant_scale1 = c->ar.F32(s.ds1);
-  a.quant_scale1 = c->ar.F32(s.qs1);
-  a.dequant_scale2 = c->ar.F32(s.ds2);
+  a.dequant_scale1 = c->ar.F32({1}, s.ds1);
+  a.quant_scale1 = c->ar.F32({1}, s.qs1);
+  a.dequant_scale2 = c->ar.F32({1}, s.ds2);
   a.scale = s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.D));
   a.sparse_mode = s.sparse;
   a.pre_tokens = s.pre;
   a.next_tokens = s.next;
   a.softmax_lse_flag = s.lse;
   if (s.sparse == 2 || s.sparse == 3) {
-    a.atten_mask = c->ar.T(DType::kBool, {2048, 2048});
-    auto* m = static_cast<uint8_t*>(a.atten_mask.data);
-    for (int64_t r = 0; r < 2048; ++r)
-      for (int64_t col = 0; col < 2048; ++col) m[r * 2048 + col] = col > r;
+    a.atten_mask = c->ar.CausalMask();
   } else if (s.mask) {
     a.atten_mask = c->ar.T(DType::kBool, {s.B, s.S, s.KVS});
     auto* m = static_cast<uint8_t*>(a.atten_mask.data);
@@ -301,9 +282,9 @@ TEST(FullQuant, LongRowsKeepExactSums) {
     k[j * D] = j == 0 ? 127 : 100;  // S - m = (100 - 127) / 32: E ~ 0.43, l ~ 60000 < 65504
     for (int64_t d = 0; d < D; ++d) v[j * D + d] = -128;
   }
-  a.dequant_scale1 = c.ar.F32(0x1p-5f);
-  a.quant_scale1 = c.ar.F32(300.f);  // P8 = 127 for both rows
-  a.dequant_scale2 = c.ar.F32(0x1p-10f);
+  a.dequant_scale1 = c.ar.F32({1}, 0x1p-5f);
+  a.quant_scale1 = c.ar.F32({1}, 300.f);  // P8 = 127 for both rows
+  a.dequant_scale2 = c.ar.F32({1}, 0x1p-10f);
   a.scale = 1.0;
   const FiaOutputSpec o = FusedInferAttentionScoreOutputSpec(a);
   c.out = c.ar.T(o.attention_out_dtype, o.attention_out_sizes);
