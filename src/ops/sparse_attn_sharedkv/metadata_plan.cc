@@ -138,7 +138,10 @@ SasUnits SasWorkUnits(const SasConfig& c) {
 }
 
 std::vector<int64_t> SasPieceCosts(const SasConfig& c, const SasUnits& u) {
-  std::vector<int64_t> cost(u.pieces(), 0);
+  // Summed in double: exact (integers below 2^53) for every realistic configuration, and no
+  // overflow for absurd ones (2^31 tokens x 2^31 keys x many heads), whose costs are scaled so
+  // that their total stays below 2^62 (the plan's prefix sums are int64).
+  std::vector<double> cost(u.pieces(), 0.0);
   const int64_t items_per_token = (c.group() + 127) / 128;  // engine items hold <= 128 heads
   for (int64_t x = 0; x < u.total(); ++x) {
     const int64_t b = u.batch_of[x], s1 = c.q_len[b], s2 = c.kv_len[b];
@@ -146,16 +149,23 @@ std::vector<int64_t> SasPieceCosts(const SasConfig& c, const SasUnits& u) {
     for (int64_t s = 0; s < u.chunks[x]; ++s) {
       const int64_t lo = s * u.chunk_keys[x];
       const bool last = s + 1 == u.chunks[x];
-      int64_t& k = cost[u.piece_begin[x] + s];
+      double& k = cost[u.piece_begin[x] + s];
       for (int64_t i = t0; i < t0 + u.tokens[x]; ++i) {
         const int64_t keys = KeysOfRow(c, s2 - s1 + i, s2);
         const int64_t mine = std::max<int64_t>(
             0, (last ? keys : std::min(keys, lo + u.chunk_keys[x])) - lo);
-        k += kCostPerProduct * c.n1 * mine + kCostPerItem * items_per_token;
+        k += static_cast<double>(kCostPerProduct) * static_cast<double>(c.n1) *
+                 static_cast<double>(mine) +
+             static_cast<double>(kCostPerItem * items_per_token);
       }
     }
   }
-  return cost;
+  double total = 0;
+  for (double x : cost) total += x;
+  const double scale = total > 0x1p62 ? 0x1p62 / total : 1.0;
+  std::vector<int64_t> out(cost.size());
+  for (size_t i = 0; i < cost.size(); ++i) out[i] = static_cast<int64_t>(cost[i] * scale);
+  return out;
 }
 
 int64_t SasDefaultWorkers() {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "common/check.h"
@@ -22,6 +23,8 @@ int64_t ReadIndex(const TensorView& t, int64_t i) {
 }
 
 namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 bool IsFloat(DType t) {
   return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32;
@@ -207,8 +210,18 @@ SasConfig ValidateSasMetadata(const SasMetadataArgs& a) {
                   a.batch_size);
     OPENFIA_CHECK(a.max_seqlen_q >= 1, "max_seqlen_q", "must be S1 >= 1 for BSND",
                   a.max_seqlen_q);
+    // (before the per-batch vectors are sized from it)
+    OPENFIA_CHECK(c.batch <= kInt32Max && a.max_seqlen_q <= kInt32Max / c.batch, "max_seqlen_q",
+                  "times the batch must fit int32 (the query tokens of the metadata's cursors)",
+                  a.max_seqlen_q, " x ", c.batch);
     c.q_len.assign(c.batch, a.max_seqlen_q);
   }
+  // The metadata's words and the operator's index tensors are int32.
+  OPENFIA_CHECK(a.num_heads_q <= kInt32Max, "num_heads_q", "must fit int32", a.num_heads_q);
+  OPENFIA_CHECK(a.head_dim <= kInt32Max, "head_dim", "must fit int32", a.head_dim);
+  OPENFIA_CHECK(a.max_seqlen_kv <= kInt32Max, "max_seqlen_kv", "must fit int32 (seqused_kv's dtype)",
+                a.max_seqlen_kv);
+  OPENFIA_CHECK(c.cmp_topk <= kInt32Max, "cmp_topk", "must fit int32", c.cmp_topk);
   if (a.seqused_kv.defined()) {
     CheckSequsedKv(a.seqused_kv, c.batch, a.max_seqlen_kv, &c.kv_len);
   } else {
