@@ -380,6 +380,13 @@ TEST(SasMetadataOp, OneErrorPerRule) {
   ExpectArgError([](A& a, M&) { a.layout_q = "BSND", a.batch_size = 0, a.seqused_kv = {}; },
                  "batch_size");
   ExpectArgError([](A& a, M&) { a.layout_q = "BSND", a.max_seqlen_q = 0; }, "max_seqlen_q");
+  // The metadata's words are int32.
+  ExpectArgError([](A& a, M&) { a.num_heads_q = int64_t{1} << 31; }, "num_heads_q");
+  ExpectArgError([](A& a, M&) { a.head_dim = int64_t{1} << 31; }, "head_dim");
+  ExpectArgError([](A& a, M&) { a.max_seqlen_kv = int64_t{1} << 31; }, "max_seqlen_kv");
+  ExpectArgError([](A& a, M&) { a.cmp_topk = int64_t{1} << 31; }, "cmp_topk");
+  ExpectArgError([](A& a, M&) { a.layout_q = "BSND", a.max_seqlen_q = int64_t{1} << 30; },
+                 "max_seqlen_q");  // 3 batches x 2^30 query tokens
   ExpectArgError([](A&, M& m) { m.out_sizes = {512}; }, "metadata");
   ExpectArgError([](A&, M& m) { m.out_dtype = DType::kFloat32; }, "metadata");
 }
