@@ -303,9 +303,9 @@ void PrintSummary(const std::vector<std::unique_ptr<Entry>>& all, size_t n_main,
     if (!std::isnan(pct(n)))
       std::printf("  %s: %.0f%% of the bf16 peak (%s; target >= 60%%)\n", n, pct(n),
                   g_limits.Bf16PeakName());
-  // Not an issue target: int8 full quantization against bf16 at the same shape. Its kernel makes
-  // two passes over the keys (the max over all keys before P is quantized), so 1.5x P1's
-  // products, as integer VPMADDWD (16 per instruction, about the fp32 FMA's rate on AVX2 CPUs).
+  // Not an issue target: int8 full quantization against bf16 at the same shape (integer VPMADDWD
+  // products, about the fp32 FMA's rate on AVX2 CPUs; two passes over the keys, the second
+  // reading the first one's scores).
   if (!std::isnan(time("Q1")) && !std::isnan(time("P1")))
     std::printf("  Q1 (int8 full quantization, P1's shape): %.2fx P1's time\n", time("Q1") / time("P1"));
   std::printf("  (ratios to PyTorch SDPA: python -m openfia.bench)\n");

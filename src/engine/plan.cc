@@ -137,10 +137,21 @@ Plan MakePlan(const Problem& p) {
   return plan;
 }
 
+namespace {
+// Full quantization: the key capacity of the kept scores (EngineScratch::fq_sv), or 0.
+int64_t FqKeptKeys(const Problem& p, int64_t rows) {
+  if (!p.full_quant) return 0;
+  int64_t keys = 0;  // the longest key range, in whole tiles plus one (an item may start mid-tile)
+  for (int64_t b = 0; b < p.batch; ++b) keys = std::max(keys, p.kv_total(b));
+  keys = (keys + 2 * kTileKeys - 1) / kTileKeys * kTileKeys;
+  return rows * keys * 2 <= kFqScoreBytes ? keys : 0;
+}
+}  // namespace
+
 std::vector<int64_t> ScratchBuffer::Key(const Problem& p) {
   return {p.d_qk, p.d_rope, p.d_v, MaxItemRows(p),
           p.k.dequant.kind == Dequant::Kind::kPerTile || !p.key_offset.empty(),
-          p.full_quant, p.q.elem == Elem::kBF16};
+          p.full_quant, p.q.elem == Elem::kBF16, FqKeptKeys(p, MaxItemRows(p))};
 }
 
 void ScratchBuffer::Clear() {
@@ -229,6 +240,11 @@ ScratchBuffer::ScratchBuffer(const Problem& p) {
     s.fq_acc = reinterpret_cast<int32_t*>(f += bs);
     s.fq_nan = f += ba;
     s.fq_pse = reinterpret_cast<float*>(f += bn);
+    if (const int64_t keys = FqKeptKeys(p, rows); keys > 0) {
+      fq_sv_ = std::make_unique_for_overwrite<uint16_t[]>(rows * keys);
+      s.fq_sv = fq_sv_.get();
+      s.fq_sv_keys = keys;
+    }
   }
 }
 

@@ -137,7 +137,15 @@ struct EngineScratch {
   int64_t* fq_l = nullptr;
   uint8_t* fq_nan = nullptr;
   float* fq_pse = nullptr;
+  // The fp16 scores S of pass 1, kept for pass 2 [rows of one KV head][fq_sv_keys] when an item's
+  // keys fit (fq_sv_keys: 0 when the problem's longest key range would not fit kFqScoreBytes).
+  uint16_t* fq_sv = nullptr;
+  int64_t fq_sv_keys = 0;
 };
+
+// Bytes of the full-quantization kernel's kept scores per worker (EngineScratch::fq_sv): 128 rows
+// x 16384 keys of fp16. Longer key ranges recompute their scores in the second pass.
+inline constexpr int64_t kFqScoreBytes = int64_t{4} << 20;
 
 // Owns the memory of one EngineScratch.
 class ScratchBuffer {
@@ -158,6 +166,7 @@ class ScratchBuffer {
   std::unique_ptr<float[]> qt_;
   std::vector<int64_t> acc64_;  // acc64, then fq_l
   std::unique_ptr<unsigned char[]> fq_;  // the other fq_ buffers
+  std::unique_ptr<uint16_t[]> fq_sv_;
   EngineScratch s_;
 };
 

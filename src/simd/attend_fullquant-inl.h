@@ -20,9 +20,10 @@
 //   - exp: std::exp (expf) per element, or a vector exp whose fp16 rounding is used only where
 //     it provably equals that of expf (fullquant_avx2-inl.h FqExpF16).
 // The max is over all visible keys at once (the reference's decision), so each KV head of an
-// item makes two passes over its keys: the first finds m, the second recomputes the integer
-// scores (the workspace stays bounded by the tile) and accumulates. The plan never splits
-// full-quant items (plan.cc).
+// item makes two passes over its keys: the first computes S and finds m, the second accumulates,
+// reading S as the first pass kept it (fp16 bits, EngineScratch::fq_sv, at most kFqScoreBytes
+// per worker) or, for longer key ranges, recomputing it. The plan never splits full-quant items
+// (plan.cc).
 //
 // Layouts (int16 elements, EngineScratch::fq_*): query rows q[r][dq] with dq = dk rounded up
 // to 2 (zero channel padding); the K tile kp[c2][n][2] = channels 2 c2, 2 c2 + 1 of key n for
@@ -53,25 +54,30 @@ inline float FqScore(int32_t acc, const FqConst& c, const float* pse) {
 // FullQuantRow steps). s: integer scores of keys [0, nk); vis: visibility (nullptr: all
 // visible); pse: the row's bias per key (nullptr: none).
 struct FqScalarRows {
-  // The NaN-propagating max of m and the visible S.
+  // The NaN-propagating max of m and the visible S; keep (when not null): S of every visible key
+  // as fp16 bits (exact: S is an fp16 value).
   static float RowMax(const int32_t* s, int64_t nk, const uint8_t* vis, const float* pse,
-                      const FqConst& c, float m) {
+                      const FqConst& c, float m, uint16_t* keep) {
     for (int64_t n = 0; n < nk; ++n) {
       if (vis != nullptr && !vis[n]) continue;
       const float x = FqScore(s[n], c, pse != nullptr ? pse + n : nullptr);
+      if (keep != nullptr) keep[n] = cvt::F32ToF16(x);
       m = std::isnan(x) || std::isnan(m) ? std::numeric_limits<float>::quiet_NaN()
                                          : std::max(m, x);
     }
     return m;
   }
   // P8 of keys [0, npad) into p (0 for invisible keys and past nk), E summed into *l24 (units of
-  // 2^-24). False when an E or P8 is NaN (the row is NaN; p and *l24 are then meaningless).
-  static bool RowProbs(const int32_t* s, int64_t nk, int64_t npad, const uint8_t* vis,
-                       const float* pse, const FqConst& c, float m, int64_t* l24, int16_t* p) {
+  // 2^-24), from the integer scores s (and pse), or from S as kept by RowMax (sv, when s is
+  // null). False when an E or P8 is NaN (the row is NaN; p and *l24 are then meaningless).
+  static bool RowProbs(const int32_t* s, const uint16_t* sv, int64_t nk, int64_t npad,
+                       const uint8_t* vis, const float* pse, const FqConst& c, float m,
+                       int64_t* l24, int16_t* p) {
     for (int64_t n = 0; n < npad; ++n) {
       p[n] = 0;
       if (n >= nk || (vis != nullptr && !vis[n])) continue;
-      const float x = FqScore(s[n], c, pse != nullptr ? pse + n : nullptr);
+      const float x = s != nullptr ? FqScore(s[n], c, pse != nullptr ? pse + n : nullptr)
+                                   : cvt::F16ToF32(sv[n]);
       const float e = F16Round(std::exp(x - m));
       const float pq = F16Round(e * c.qs1_16);
       if (std::isnan(e) || std::isnan(pq)) return false;
@@ -223,6 +229,14 @@ inline void FqRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       return t.full ? nullptr : sc.vis + (rr % nq) * TN;
     };
 
+    // S of pass 1 kept for pass 2 when the item's keys fit (row rr, key jt0 + n at
+    // keep_at(rr, jt0) + n): pass 2 then neither packs K nor recomputes the products (benchmark
+    // Q1, P1's shape: 1.46x -> 0.96-1.07x P1's time). Either way the same S, so the same bits.
+    const bool keep = sc.fq_sv != nullptr && w.j1 - tile0 <= sc.fq_sv_keys;
+    const auto keep_at = [&](int64_t rr, int64_t jt0) {
+      return sc.fq_sv + rr * sc.fq_sv_keys + (jt0 - tile0);
+    };
+
     // Pass 1: the row maxima.
     Tile t;
     for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
@@ -233,7 +247,8 @@ inline void FqRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
       for (int64_t rr = 0; rr < hrows; ++rr) {
         if (row_out(rr, t)) continue;
         float& m = out.m[r0 + rr];
-        m = Ops::RowMax(sc.fq_s + rr * TN, t.nk, vis_row(rr, t), pse_row(rr, t), c, m);
+        m = Ops::RowMax(sc.fq_s + rr * TN, t.nk, vis_row(rr, t), pse_row(rr, t), c, m,
+                        keep ? keep_at(rr, t.jt0) : nullptr);
       }
     }
 
@@ -257,19 +272,22 @@ inline void FqRun(const Problem& p, const WorkItem& w, EngineScratch& sc, const 
     int64_t run = 0;  // tiles since the last flush
     for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
       if (!tile_at(t0, &t)) continue;
-      resolve(p.k, hk, t.jt0, t.nk, krow, ksd);
       resolve(p.v, hk, t.jt0, t.nk, vrow, vsd);
-      Ops::PackK(krow, ksd, t.nk, D, sc.fq_k);
       Ops::PackV(vrow, vsd, t.nk, Dv, dvq, sc.fq_v);
-      Ops::Scores(qh, dq, hrows, sc.fq_k, dq, t.npad, sc.fq_s);
+      if (!keep) {
+        resolve(p.k, hk, t.jt0, t.nk, krow, ksd);
+        Ops::PackK(krow, ksd, t.nk, D, sc.fq_k);
+        Ops::Scores(qh, dq, hrows, sc.fq_k, dq, t.npad, sc.fq_s);
+      }
       for (int64_t rr = 0; rr < hrows; ++rr) {
         int16_t* pr = sc.fq_p + rr * TN;
         if (nan_row[rr] || row_out(rr, t)) {
           for (int64_t n = 0; n < t.npad; ++n) pr[n] = 0;
           continue;
         }
-        if (!Ops::RowProbs(sc.fq_s + rr * TN, t.nk, t.npad, vis_row(rr, t), pse_row(rr, t), c,
-                           out.m[r0 + rr], &l24[rr], pr)) {
+        if (!Ops::RowProbs(keep ? nullptr : sc.fq_s + rr * TN,
+                           keep ? keep_at(rr, t.jt0) : nullptr, t.nk, t.npad, vis_row(rr, t),
+                           keep ? nullptr : pse_row(rr, t), c, out.m[r0 + rr], &l24[rr], pr)) {
           nan_row[rr] = 1;
           for (int64_t n = 0; n < t.npad; ++n) pr[n] = 0;
         }

@@ -75,21 +75,26 @@ __attribute__((always_inline)) inline __m256 FqScores8(const int32_t* s, int64_t
 }
 
 struct FqAvx2Rows {
+  // (keep: every lane of each 8 keys is stored, so the kept row is defined up to round_up(nk, 8))
   static float RowMax(const int32_t* s, int64_t nk, const uint8_t* vis, const float* pse,
-                      const FqConst& c, float m) {
+                      const FqConst& c, float m, uint16_t* keep) {
     const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
     __m256 vm = ninf, nan = _mm256_setzero_ps();
     for (int64_t n0 = 0; n0 < nk; n0 += 8) {
       const __m256 live = FqLive(vis, n0, nk);
       const __m256 x = FqScores8(s, n0, pse, c);
+      if (keep != nullptr)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(keep + n0),
+                         _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       nan = _mm256_or_ps(nan, _mm256_and_ps(live, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
       vm = _mm256_max_ps(vm, _mm256_blendv_ps(ninf, x, live));
     }
     if (std::isnan(m) || _mm256_movemask_ps(nan) != 0) return std::numeric_limits<float>::quiet_NaN();
     return std::max(m, V::ReduceMax(vm));
   }
-  static bool RowProbs(const int32_t* s, int64_t nk, int64_t npad, const uint8_t* vis,
-                       const float* pse, const FqConst& c, float m, int64_t* l24, int16_t* p) {
+  static bool RowProbs(const int32_t* s, const uint16_t* sv, int64_t nk, int64_t npad,
+                       const uint8_t* vis, const float* pse, const FqConst& c, float m,
+                       int64_t* l24, int16_t* p) {
     const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
     const __m256 vm = _mm256_set1_ps(m), qs = _mm256_set1_ps(c.qs1_16);
     const __m256 lo = _mm256_set1_ps(-128.f), hi = _mm256_set1_ps(127.f);
@@ -97,7 +102,9 @@ struct FqAvx2Rows {
     __m256 nan = _mm256_setzero_ps();
     for (int64_t n0 = 0; n0 < npad; n0 += 8) {
       const __m256 live = FqLive(vis, n0, nk);
-      const __m256 x = FqScores8(s, n0, pse, c);
+      const __m256 x = s != nullptr ? FqScores8(s, n0, pse, c)
+                                    : _mm256_cvtph_ps(_mm_loadu_si128(
+                                          reinterpret_cast<const __m128i*>(sv + n0)));
       // Hidden lanes take exp(-inf) = 0 (and so never the std::exp path).
       const __m256 e = _mm256_and_ps(live, FqExpF16(_mm256_blendv_ps(ninf, _mm256_sub_ps(x, vm), live)));
       const __m256 pq = FqF16(_mm256_mul_ps(e, qs));

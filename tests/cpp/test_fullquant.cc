@@ -253,6 +253,20 @@ TEST(FullQuant, EngineBitwiseEqualsReference) {
     ExpectBitwise(s, "multi-head items");
   }
   {
+    // More keys than the kept scores hold (128 rows x 16384 keys, kFqScoreBytes): the second
+    // pass recomputes the products; with a mask, pse and odd D.
+    FqSpec s;
+    s.N = 2;
+    s.KVN = 1;
+    s.S = 3;
+    s.KVS = 17000;
+    s.D = 15;
+    s.mask = true;
+    s.pse = true;
+    s.seed = 8;
+    ExpectBitwise(s, "scores recomputed");
+  }
+  {
     FqSpec s;  // scores beyond fp16: clipped to +-65504 (many keys tie at the max)
     s.ds1 = 4.f;
     s.scale = 1.0;
