@@ -21,30 +21,31 @@ __attribute__((always_inline)) inline __m256 FqF16(__m256 x) {
   return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-// Bit distance from V::Exp to glibc's expf that FqExpF16 allows. Measured over every float in
-// [-104, 0] whose expf is a normal float: at most 1 (for smaller results both are below 2^-25,
-// whose fp16 is 0); 4 leaves room for a libm whose expf is off by a few more ulps.
+// Bit distance from V::ExpP to glibc's expf that FqExpF16 allows. Measured over every float in
+// [-86.5, 0] whose expf is a normal float: at most 1 (below, ExpP is 0 and expf under 2^-126,
+// whose fp16 is 0 either way); 4 leaves room for a libm whose expf is off by a few more ulps.
 constexpr int kFqExpUlps = 4;
 
-// fp16(expf(x)) in every lane, bitwise: V::Exp's result y is used where every float within
+// fp16(expf(x)) in every lane, bitwise: V::ExpP's result y is used where every float within
 // kFqExpUlps of y (bit patterns, so across binades too) has the same fp16 as y, which then is
 // also expf's; the other lanes (near an fp16 rounding boundary: about 2 x 4 / 8192 of them, and
-// any NaN) call std::exp. Lanes must hold x <= 0, -inf or NaN (the probabilities' exponents).
+// NaN) call std::exp. Lanes must hold x <= 0, -inf or NaN (the probabilities' exponents).
 __attribute__((always_inline)) inline __m256 FqExpF16(__m256 x) {
-  const __m256 y = V::Exp(x);
+  constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m256 y = V::ExpP(x);
   const __m256i yb = _mm256_castps_si256(y), w = _mm256_set1_epi32(kFqExpUlps);
-  const __m256 lo = _mm256_castsi256_ps(_mm256_max_epi32(_mm256_sub_epi32(yb, w), _mm256_setzero_si256()));
-  const __m256 hi = _mm256_castsi256_ps(_mm256_add_epi32(yb, w));
-  const __m256 e = FqF16(y);
-  const __m256 same = _mm256_and_ps(_mm256_cmp_ps(FqF16(lo), e, _CMP_EQ_OQ),
-                                    _mm256_cmp_ps(FqF16(hi), e, _CMP_EQ_OQ));
-  const int bad = ~_mm256_movemask_ps(same) & 0xFF;
-  if (bad == 0) return e;
+  const __m128i h = _mm256_cvtps_ph(y, kRne);
+  const __m128i hl = _mm256_cvtps_ph(
+      _mm256_castsi256_ps(_mm256_max_epi32(_mm256_sub_epi32(yb, w), _mm256_setzero_si256())), kRne);
+  const __m128i hh = _mm256_cvtps_ph(_mm256_castsi256_ps(_mm256_add_epi32(yb, w)), kRne);
+  const int same = _mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi16(hl, h), _mm_cmpeq_epi16(hh, h)));
+  const __m256 e = _mm256_cvtph_ps(h);
+  if (same == 0xFFFF) return e;
   alignas(32) float xs[8], es[8];
   _mm256_store_ps(xs, x);
   _mm256_store_ps(es, e);
   for (int i = 0; i < 8; ++i)
-    if (bad >> i & 1) es[i] = F16Round(std::exp(xs[i]));
+    if ((same >> (2 * i) & 3) != 3) es[i] = F16Round(std::exp(xs[i]));
   return _mm256_load_ps(es);
 }
 
@@ -108,11 +109,10 @@ struct FqAvx2Rows {
       // Hidden lanes take exp(-inf) = 0 (and so never the std::exp path).
       const __m256 e = _mm256_and_ps(live, FqExpF16(_mm256_blendv_ps(ninf, _mm256_sub_ps(x, vm), live)));
       const __m256 pq = FqF16(_mm256_mul_ps(e, qs));
+      // (A NaN e, only in a live lane, makes pq NaN too.)
       nan = _mm256_or_ps(nan, _mm256_and_ps(live, _mm256_cmp_ps(pq, pq, _CMP_UNORD_Q)));
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(e, e, _CMP_UNORD_Q));
-      // e in [0, 1] a multiple of 2^-24 (NaN lanes: the row is dropped below).
-      const __m256 ex = _mm256_and_ps(_mm256_cmp_ps(e, e, _CMP_ORD_Q), e);
-      lsum = _mm256_add_epi32(lsum, _mm256_cvttps_epi32(_mm256_mul_ps(ex, _mm256_set1_ps(16777216.f))));
+      // e in [0, 1] a multiple of 2^-24 (NaN lanes: the row is dropped below, lsum unused).
+      lsum = _mm256_add_epi32(lsum, _mm256_cvttps_epi32(_mm256_mul_ps(e, _mm256_set1_ps(16777216.f))));
       __m256 r = _mm256_round_ps(pq, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       r = _mm256_and_ps(live, _mm256_min_ps(hi, _mm256_max_ps(lo, r)));  // (NaN lanes: row dropped)
       const __m256i r32 = _mm256_cvttps_epi32(r);
