@@ -39,9 +39,24 @@ DType DTypeFromDlpack(const nb::dlpack::dtype& t, const char* name) {
     if (code == Code::UInt && t.bits == 64) return DType::kUInt64;
     if (code == Code::Float8_E4M3FN && t.bits == 8) return DType::kFloat8E4M3;
   }
-  BindingError(std::string("openfia: argument '") + name + "': dtype (DLPack code " +
-               std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " +
-               std::to_string(t.lanes) + " lanes) has no openfia equivalent");
+  // The tensor's dtype in torch's words where DLPack's code has one (float64, int16, complex64,
+  // float8_e5m2, ...), else the raw code.
+  std::string what;
+  switch (code) {
+    case Code::Int: what = "int" + std::to_string(t.bits); break;
+    case Code::UInt: what = "uint" + std::to_string(t.bits); break;
+    case Code::Float: what = "float" + std::to_string(t.bits); break;
+    case Code::Bfloat: what = "bfloat" + std::to_string(t.bits); break;
+    case Code::Complex: what = "complex" + std::to_string(t.bits); break;
+    case Code::Bool: what = "bool" + std::to_string(t.bits); break;
+    case Code::Float8_E5M2: what = "float8_e5m2"; break;
+    default:
+      what = "DLPack code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits";
+  }
+  if (t.lanes != 1) what += " x " + std::to_string(t.lanes) + " lanes";
+  BindingError(std::string("openfia: argument '") + name + "': dtype " + what +
+               " is not supported (openfia takes float32, float16, bfloat16, int8, uint8, bool, "
+               "int32, int64, uint64, float8_e4m3fn and hifloat8 as uint8)");
 }
 
 }  // namespace

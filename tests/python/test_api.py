@@ -174,6 +174,14 @@ def test_error_query_dtype():
     _expect_error("query", q.to(torch.int64), k, v, **kw)
 
 
+@pytest.mark.parametrize("dt,word", [(torch.float64, "float64"), (torch.int16, "int16"),
+                                     (torch.complex64, "complex64")])
+def test_error_dtype_without_openfia_equivalent_names_argument_and_dtype(dt, word):
+    q, k, v, kw = _small()
+    with pytest.raises(ValueError, match=f"argument 'key': dtype {word} is not supported"):
+        fia(q, k.to(dt), v, **kw)
+
+
 def test_error_sparse_mode():
     q, k, v, kw = _small()
     _expect_error("sparse_mode", q, k, v, sparse_mode=5, **kw)
