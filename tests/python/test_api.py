@@ -349,3 +349,31 @@ def test_sas_torch_ops_schema_and_fake():
         8, 1, 64, seqused_kv=s2, batch_size=2, max_seqlen_q=3, max_seqlen_kv=20,
         has_cmp_kv=False)
     assert meta.shape == (1024,) and meta.dtype == torch.int32
+
+
+def test_sas_functions_compile_fullgraph_and_take_meta_tensors():
+    """openfia.npu_sparse_attn_sharedkv(_metadata) (also torch_npu's after patch_torch_npu) are
+    the registered ops under torch.compile and for meta tensors; eager CPU calls stay native."""
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 3, 4, 16, generator=g)
+    ori = torch.randn(4, 16, 1, 16, generator=g)
+    bt = torch.arange(4, dtype=torch.int32).reshape(1, 4)
+    s2 = torch.tensor([40], dtype=torch.int32)
+
+    def f(q, ori, bt, s2):
+        md = openfia.npu_sparse_attn_sharedkv_metadata(
+            4, 1, 16, seqused_kv=s2, batch_size=1, max_seqlen_q=3, max_seqlen_kv=40,
+            has_cmp_kv=False)
+        out, lse = openfia.npu_sparse_attn_sharedkv(q, ori_kv=ori, ori_block_table=bt,
+                                                    seqused_kv=s2, metadata=md,
+                                                    return_softmax_lse=True)
+        return out * 2, lse
+
+    eager = f(q, ori, bt, s2)
+    compiled = torch.compile(f, fullgraph=True)(q, ori, bt, s2)
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
+    out, lse = openfia.npu_sparse_attn_sharedkv(
+        q.to("meta"), ori_kv=ori.to("meta"), ori_block_table=bt.to("meta"),
+        seqused_kv=s2.to("meta"), return_softmax_lse=True)
+    assert out.device.type == "meta" and out.shape == q.shape
+    assert lse.shape == eager[1].shape
