@@ -226,29 +226,69 @@ std::unique_ptr<Workload> Workload::Build(const CaseSpec& c, uint64_t seed) {
   // thousands of random values into an output near 0, where a wrong mask or scale hides inside
   // any tolerance.
   constexpr float kQueryAmp = 8.0f;
+  // int8 full quantization: int8 query, key and value uniform in [-127, 127], like int8 KV.
+  const bool int8_kv = int8 || fullquant;
+  auto fill_int8 = [&](const TensorView& t) {
+    int8_t* p = static_cast<int8_t*>(t.data);
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int8_t>(rng.Int(-127, 127));
+  };
+  a.query = w->Alloc(fullquant ? DType::kInt8 : qdt, qshape(N, D));
+  if (fullquant) fill_int8(a.query);
+  else fill_float(a.query, kQueryAmp);
+  if (rope) {
+    a.query_rope = w->Alloc(qdt, qshape(N, DR));
+    fill_float(a.query_rope, kQueryAmp);
+  }
+
+  // KV storage. int4 is packed eight to an int32 along the last dimension.
+  const DType kdt = int8_kv ? DType::kInt8 : int4 ? DType::kInt32 : qdt;
+  auto packed = [&](int64_t d) {
+    if (int4 && d % 8 != 0) Fail(c.name + ": int4 KV needs D divisible by 8");
+    return int4 ? d / 8 : d;
+  };
   const int64_t blocks_per_batch = page > 0 ? (KVS + page - 1) / page : 0;
   const int64_t num_blocks = B * blocks_per_batch;
+  auto kvshape = [&](int64_t d) -> std::vector<int64_t> {
+    const int64_t dp = packed(d);
+    if (page > 0) {
+      if (cache == "4d") return {num_blocks, KVN, page, dp};
+      return {num_blocks, page, KVN * dp};
+    }
+    if (layout == "BSH") return {B, KVS, KVN * dp};
+    if (layout == "BSND") return {B, KVS, KVN, dp};
+    return {B, KVN, KVS, dp};
+  };
+  auto fill_kv = [&](const TensorView& t) {
+    if (int8_kv) {
+      fill_int8(t);
+    } else if (int4) {
+      uint32_t* p = static_cast<uint32_t*>(t.data);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        uint32_t word = 0;
+        for (int n = 0; n < 8; ++n) word |= static_cast<uint32_t>(rng.Int(-8, 7) & 0xF) << (4 * n);
+        p[i] = word;
+      }
+    } else {
+      fill_float(t, 1.0f);
+    }
+  };
+  a.key = w->Alloc(kdt, kvshape(D));
+  fill_kv(a.key);
+  if (rope) {
+    // MLA: the value is the latent cache itself (V = K's first D columns), as in DeepSeek serving.
+    a.value = a.key;
+    a.key_rope = w->Alloc(qdt, kvshape(DR));
+    fill_float(a.key_rope, 1.0f);
+  } else {
+    a.value = w->Alloc(kdt, kvshape(DV));
+    fill_kv(a.value);
+  }
   if (fullquant) {
-    // int8 Q, K, V uniform in [-127, 127]: a score's integer dot product has a standard deviation
-    // near 127^2 / 3 sqrt(D); dequant_scale1 = 2^-11 (exact after the kernel's float19 cut) brings
-    // S to about 2.7 sqrt(D / 128) / (sqrt(D) scale), the bf16 workloads' spread at D = 128.
-    // quant_scale1 = 127 maps E in [0, 1] onto P8 in [0, 127]; dequant_scale2 = 1 / 127^2 maps
-    // sum P8 V / l back to about the values' mean / 127.
-    auto fill8 = [&](const TensorView& t) {
-      int8_t* p = static_cast<int8_t*>(t.data);
-      for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int8_t>(rng.Int(-127, 127));
-    };
-    a.query = w->Alloc(DType::kInt8, qshape(N, D));
-    fill8(a.query);
-    auto layout_kv = [&](int64_t d) -> std::vector<int64_t> {
-      if (layout == "BSH") return {B, KVS, KVN * d};
-      if (layout == "BSND") return {B, KVS, KVN, d};
-      return {B, KVN, KVS, d};
-    };
-    a.key = w->Alloc(DType::kInt8, layout_kv(D));
-    a.value = w->Alloc(DType::kInt8, layout_kv(DV));
-    fill8(a.key);
-    fill8(a.value);
+    // A score's integer dot product has a standard deviation near 127^2 / 3 sqrt(D);
+    // dequant_scale1 = 2^-11 (exact after the kernel's float19 cut) brings S to about
+    // 2.7 sqrt(D / 128) / (sqrt(D) scale), the bf16 workloads' spread at D = 128. quant_scale1 =
+    // 127 maps E in [0, 1] onto P8 in [0, 127]; dequant_scale2 = 1 / 127^2 maps sum P8 V / l back
+    // to about the values' mean / 127.
     auto f32 = [&](float v) {
       TensorView t = w->Alloc(DType::kFloat32, {1});
       static_cast<float*>(t.data)[0] = v;
@@ -257,56 +297,6 @@ std::unique_ptr<Workload> Workload::Build(const CaseSpec& c, uint64_t seed) {
     a.dequant_scale1 = f32(0x1p-11f);
     a.quant_scale1 = f32(127.f);
     a.dequant_scale2 = f32(1.f / (127.f * 127.f));
-  } else {
-    a.query = w->Alloc(qdt, qshape(N, D));
-    fill_float(a.query, kQueryAmp);
-    if (rope) {
-      a.query_rope = w->Alloc(qdt, qshape(N, DR));
-      fill_float(a.query_rope, kQueryAmp);
-    }
-
-    // KV storage. int4 is packed eight to an int32 along the last dimension.
-    const DType kdt = int8 ? DType::kInt8 : int4 ? DType::kInt32 : qdt;
-    auto packed = [&](int64_t d) {
-      if (int4 && d % 8 != 0) Fail(c.name + ": int4 KV needs D divisible by 8");
-      return int4 ? d / 8 : d;
-    };
-    auto kvshape = [&](int64_t d) -> std::vector<int64_t> {
-      const int64_t dp = packed(d);
-      if (page > 0) {
-        if (cache == "4d") return {num_blocks, KVN, page, dp};
-        return {num_blocks, page, KVN * dp};
-      }
-      if (layout == "BSH") return {B, KVS, KVN * dp};
-      if (layout == "BSND") return {B, KVS, KVN, dp};
-      return {B, KVN, KVS, dp};
-    };
-    auto fill_kv = [&](const TensorView& t) {
-      if (int8) {
-        int8_t* p = static_cast<int8_t*>(t.data);
-        for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int8_t>(rng.Int(-127, 127));
-      } else if (int4) {
-        uint32_t* p = static_cast<uint32_t*>(t.data);
-        for (int64_t i = 0; i < t.numel(); ++i) {
-          uint32_t word = 0;
-          for (int n = 0; n < 8; ++n) word |= static_cast<uint32_t>(rng.Int(-8, 7) & 0xF) << (4 * n);
-          p[i] = word;
-        }
-      } else {
-        fill_float(t, 1.0f);
-      }
-    };
-    a.key = w->Alloc(kdt, kvshape(D));
-    fill_kv(a.key);
-    if (rope) {
-      // MLA: the value is the latent cache itself (V = K's first D columns), as in DeepSeek serving.
-      a.value = a.key;
-      a.key_rope = w->Alloc(qdt, kvshape(DR));
-      fill_float(a.key_rope, 1.0f);
-    } else {
-      a.value = w->Alloc(kdt, kvshape(DV));
-      fill_kv(a.value);
-    }
   }
 
   if (page > 0) {
@@ -403,7 +393,7 @@ std::unique_ptr<Workload> Workload::Build(const CaseSpec& c, uint64_t seed) {
   w->flops_ = 2.0 * pairs * static_cast<double>(N) * static_cast<double>(D + DR + DV);
 
   // Bytes of K/V one call must read at least once: every token up to act_kv of every KV head.
-  const double kelem = int8 || fullquant ? 1.0 : int4 ? 0.5 : static_cast<double>(ElementSize(qdt));
+  const double kelem = int8_kv ? 1.0 : int4 ? 0.5 : static_cast<double>(ElementSize(qdt));
   double per_token = static_cast<double>(KVN) * kelem * static_cast<double>(D);
   if (!rope) per_token += static_cast<double>(KVN) * kelem * static_cast<double>(DV);
   if (rope) per_token += static_cast<double>(KVN * DR * ElementSize(qdt));

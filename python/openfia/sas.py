@@ -84,24 +84,15 @@ def npu_sparse_attn_sharedkv_metadata(
             cmp_mask_mode=cmp_mask_mode, ori_win_left=ori_win_left, ori_win_right=ori_win_right,
             layout_q=layout_q, layout_kv=layout_kv, has_ori_kv=has_ori_kv, has_cmp_kv=has_cmp_kv,
             device=None if device is None else str(device), num_workers=num_workers)
-    return _metadata_native(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv,
-                            cu_seqlens_cmp_kv, seqused_q, seqused_kv, batch_size, max_seqlen_q,
-                            max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode,
-                            cmp_mask_mode, ori_win_left, ori_win_right, layout_q, layout_kv,
-                            has_ori_kv, has_cmp_kv, num_workers)
+    return _metadata_native(locals())
 
 
-def _metadata_native(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv,
-                     cu_seqlens_cmp_kv, seqused_q, seqused_kv, batch_size, max_seqlen_q,
-                     max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode, cmp_mask_mode,
-                     ori_win_left, ori_win_right, layout_q, layout_kv, has_ori_kv, has_cmp_kv,
-                     num_workers):
+def _metadata_native(a):
+    """The native call of npu_sparse_attn_sharedkv_metadata (a: all of its arguments by name)."""
+    a = dict(a)
+    a.pop("device", None)
     out = torch.zeros(1024, dtype=torch.int32)
-    _openfia.sas_metadata(out, **_metadata_kwargs(
-        num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv, cu_seqlens_cmp_kv,
-        seqused_q, seqused_kv, batch_size, max_seqlen_q, max_seqlen_kv, ori_topk, cmp_topk,
-        cmp_ratio, ori_mask_mode, cmp_mask_mode, ori_win_left, ori_win_right, layout_q,
-        layout_kv, has_ori_kv, has_cmp_kv, num_workers))
+    _openfia.sas_metadata(out, **_metadata_kwargs(**a))
     return out
 
 
@@ -110,16 +101,12 @@ def verify_sparse_attn_sharedkv_metadata(metadata: torch.Tensor, num_heads_q: in
     """Raises OpenfiaError unless `metadata` was made for these metadata arguments (same keyword
     names as npu_sparse_attn_sharedkv_metadata) and covers every (work unit, S2 chunk) piece
     exactly once."""
-    kwargs.pop("device", None)
-    full = dict(cu_seqlens_q=None, cu_seqlens_ori_kv=None, cu_seqlens_cmp_kv=None, seqused_q=None,
-                seqused_kv=None, batch_size=0, max_seqlen_q=0, max_seqlen_kv=0, ori_topk=0,
-                cmp_topk=0, cmp_ratio=-1, ori_mask_mode=4, cmp_mask_mode=3, ori_win_left=127,
-                ori_win_right=0, layout_q="BSND", layout_kv="PA_ND", has_ori_kv=True,
-                has_cmp_kv=True, num_workers=None)
+    full = dict(_METADATA_DEFAULTS)
     unknown = set(kwargs) - set(full)
     if unknown:
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
     full.update(kwargs)
+    full.pop("device")
     _openfia.verify_sas_metadata(_index(metadata), **_metadata_kwargs(
         num_heads_q, num_heads_kv, head_dim, **full))
 
@@ -261,21 +248,25 @@ _METADATA_SCHEMA = (
 )
 
 
+# The keyword arguments of the two functions with their defaults (the schemas' defaults too).
+def _keyword_defaults(fn):
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+_DEFAULTS = _keyword_defaults(npu_sparse_attn_sharedkv)
+_METADATA_DEFAULTS = _keyword_defaults(npu_sparse_attn_sharedkv_metadata)
+
+
+# The kernels take the native path directly (the dispatcher already chose the CPU). It passes
+# only the keyword arguments that differ from the schema's defaults.
 def cpu_kernel(q, **kw):
-    # The dispatcher passes only the keyword arguments that differ from the schema's defaults,
-    # which are the function's.
-    bound = inspect.signature(npu_sparse_attn_sharedkv).bind(q, **kw)
-    bound.apply_defaults()
-    return _native(bound.arguments)
+    return _native({**_DEFAULTS, "q": q, **kw})
 
 
 def metadata_cpu_kernel(num_heads_q, num_heads_kv, head_dim, **kw):
-    bound = inspect.signature(npu_sparse_attn_sharedkv_metadata).bind(
-        num_heads_q, num_heads_kv, head_dim, **kw)
-    bound.apply_defaults()
-    a = bound.arguments
-    a.pop("device")
-    return _metadata_native(**a)
+    return _metadata_native({**_METADATA_DEFAULTS, "num_heads_q": num_heads_q,
+                             "num_heads_kv": num_heads_kv, "head_dim": head_dim, **kw})
 
 
 def _fake(q, *, ori_kv=None, cmp_kv=None, layout_q="BSND", return_softmax_lse=False, **_):
