@@ -1,6 +1,7 @@
 // openfia: umbrella header.
 #pragma once
 
+#include "openfia/attention_state.h"
 #include "openfia/dtype.h"
 #include "openfia/error.h"
 #include "openfia/fused_infer_attention_score.h"
