@@ -161,6 +161,23 @@ NB_MODULE(_openfia, m) {
       "(attention_out, softmax_lse).");
 
   m.def(
+      "merge_attention_states",
+      [](nb::handle out_a, nb::handle lse_a, nb::handle out_b, nb::handle lse_b, nb::handle out,
+         nb::handle lse) {
+        openfia::py::Keepalive keep;
+        using openfia::py::ToView;
+        const openfia::AttentionState a{ToView(out_a, "out_a", keep), ToView(lse_a, "lse_a", keep)};
+        const openfia::AttentionState b{ToView(out_b, "out_b", keep), ToView(lse_b, "lse_b", keep)};
+        const openfia::AttentionState d{ToView(out, "out", keep), ToView(lse, "lse", keep)};
+        nb::gil_scoped_release release;
+        openfia::MergeAttentionStates(a, b, d);
+      },
+      nb::arg("out_a").none(), nb::arg("lse_a").none(), nb::arg("out_b").none(),
+      nb::arg("lse_b").none(), nb::arg("out").none(), nb::arg("lse").none(),
+      "MergeAttentionStates on [B, N, S, D] / [B, N, S(, 1)] views (DLPack, any strides): "
+      "writes the merge of (out_a, lse_a) and (out_b, lse_b) into (out, lse).");
+
+  m.def(
       "set_impl",
       [](const std::string& s) {
         if (s == "ref" || s == "reference") openfia::SetImpl(openfia::Impl::kReference);

@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 
+#include "common/numeric.h"
 #include "openfia/openfia.h"
 #include "test_arena.h"
 
@@ -189,6 +190,29 @@ TEST(AttentionState, Bf16OutputIsRoundedOnce) {
   MergeAttentionStates({tie, lb}, {}, {h, l});
   EXPECT_EQ(*static_cast<uint16_t*>(h.data), 0x4000);  // 2 + 2^-10 -> 2 (ties to even)
   EXPECT_EQ(F(l)[0], -21.f);
+}
+
+// A lone state (b absent) converts float32 values exactly as the library's scalar conversions
+// do (to nearest even; NaN quiet; infinities, subnormals, overflow): 2^20 random bit patterns.
+TEST(AttentionState, ConversionMatchesScalarRounding) {
+  Arena ar;
+  std::mt19937 rng(11);
+  const int64_t n = int64_t{1} << 20;
+  TensorView a = ar.T(DType::kFloat32, {1, 1, 1, n}), la = ar.F32({1, 1, 1}, 0.f);
+  auto* bits = static_cast<uint32_t*>(a.data);
+  for (int64_t i = 0; i < n; ++i) bits[i] = static_cast<uint32_t>(rng());
+  const uint32_t specials[] = {0x7F800000u, 0xFF800000u, 0x7F7FFFFFu, 0x00000001u, 0x80000000u,
+                               0x3F808000u, 0x3F818000u, 0x7FC00001u, 0x477FF000u};
+  for (size_t i = 0; i < std::size(specials); ++i) bits[i] = specials[i];
+  TensorView bf = ar.T(DType::kBFloat16, {1, 1, 1, n}), h = ar.T(DType::kFloat16, {1, 1, 1, n});
+  TensorView l = ar.T(DType::kFloat32, {1, 1, 1});
+  MergeAttentionStates({a, la}, {}, {bf, l});
+  MergeAttentionStates({a, la}, {}, {h, l});
+  for (int64_t i = 0; i < n; ++i) {
+    const float f = std::bit_cast<float>(bits[i]);
+    ASSERT_EQ(static_cast<uint16_t*>(bf.data)[i], internal::F32ToBF16(f)) << std::hex << bits[i];
+    ASSERT_EQ(static_cast<uint16_t*>(h.data)[i], internal::F32ToF16(f)) << std::hex << bits[i];
+  }
 }
 
 // Strided views (BSND memory seen as [B, N, S, D]) and any thread count give the same bits.

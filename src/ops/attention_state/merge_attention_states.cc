@@ -19,7 +19,6 @@
 namespace openfia {
 namespace {
 
-using internal::Elem;
 using internal::Str;
 
 constexpr const char* kOp = "merge_attention_states";
@@ -135,22 +134,60 @@ void CheckLse(const TensorView& t, const char* name, const Dims& want) {
 float RoundToOddF32(double d) {
   const float f = static_cast<float>(d);
   if (std::isnan(d) || static_cast<double>(f) == d) return f;
-  const float t = std::fabs(static_cast<double>(f)) > std::fabs(d) ? std::nextafter(f, 0.f) : f;
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(t) | 1u);
+  // Inexact: the float toward zero (one step down in magnitude from f when f rounded away;
+  // f is then nonzero, possibly infinite) with its last bit set.
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) u -= 1;
+  return std::bit_cast<float>(u | 1u);
 }
 
-// A row of D elements (element stride `st`) of a view as doubles.
+// A row of D elements (element stride `st`) of a view as doubles; the dtype is switched on once
+// per row, and the conversions are inline (a per-element LoadDouble call was ~12 ns / element).
 void LoadRow(const TensorView& t, const char* p, int64_t st, int64_t D, double* out) {
-  const Elem e = internal::ElemOf(t.dtype);
-  for (int64_t i = 0; i < D; ++i) out[i] = internal::LoadDouble(p, e, i * st);
+  switch (t.dtype) {
+    case DType::kFloat32: {
+      const auto* f = reinterpret_cast<const float*>(p);
+      for (int64_t i = 0; i < D; ++i) out[i] = f[i * st];
+      break;
+    }
+    case DType::kBFloat16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(p);
+      for (int64_t i = 0; i < D; ++i)
+        out[i] = std::bit_cast<float>(static_cast<uint32_t>(h[i * st]) << 16);
+      break;
+    }
+    default: {  // float16
+      const auto* h = reinterpret_cast<const uint16_t*>(p);
+      for (int64_t i = 0; i < D; ++i) out[i] = internal::F16ToF32(h[i * st]);
+      break;
+    }
+  }
+}
+
+// bfloat16 of a float, to nearest even (NaN stays a quiet NaN): internal::F32ToBF16 inline.
+inline uint16_t ToBF16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 void StoreRow(const TensorView& t, char* p, int64_t st, int64_t D, const double* v) {
-  const Elem e = internal::ElemOf(t.dtype);
-  if (t.dtype == DType::kFloat32) {
-    for (int64_t i = 0; i < D; ++i) reinterpret_cast<float*>(p)[i * st] = static_cast<float>(v[i]);
-  } else {
-    for (int64_t i = 0; i < D; ++i) internal::StoreFloat(p, e, i * st, RoundToOddF32(v[i]));
+  switch (t.dtype) {
+    case DType::kFloat32: {
+      auto* f = reinterpret_cast<float*>(p);
+      for (int64_t i = 0; i < D; ++i) f[i * st] = static_cast<float>(v[i]);
+      break;
+    }
+    case DType::kBFloat16: {
+      auto* h = reinterpret_cast<uint16_t*>(p);
+      for (int64_t i = 0; i < D; ++i) h[i * st] = ToBF16(RoundToOddF32(v[i]));
+      break;
+    }
+    default: {  // float16
+      auto* h = reinterpret_cast<uint16_t*>(p);
+      for (int64_t i = 0; i < D; ++i) h[i * st] = internal::F32ToF16(RoundToOddF32(v[i]));
+      break;
+    }
   }
 }
 

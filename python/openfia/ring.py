@@ -1,0 +1,249 @@
+"""Attention over key sets split across calls or across processes, through softmax_lse.
+
+merge_attention_states(out_a, lse_a, out_b, lse_b) combines two npu_fused_infer_attention_score
+results (softmax_lse_flag=True) of the same queries over disjoint keys into the result over all
+of them (the C++ library's MergeAttentionStates; rules in docs/ring_attention.md).
+
+ring_attention(query, key, value, ...) is attention over a sequence split across the ranks of a
+torch.distributed process group (SPEC.md 4): rank r holds the r-th contiguous chunk of the
+queries and of the keys / values; the key / value chunks travel around the ring (rank r sends to
+r + 1 and receives from r - 1, overlapped with the compute), every rank attends its queries to
+each chunk with openfia's FusedInferAttentionScore and merges the partial results through their
+softmax_lse in float32. The compute is openfia's C++ library; torch.distributed only moves
+tensors (any backend that has send / recv for CPU tensors, e.g. gloo).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _openfia
+from ._openfia import OpenfiaError
+
+_LAYOUTS = ("BSH", "BSND", "BNSD")
+
+
+def _bnsd(t, layout, n, name):
+    """A [B, N, S, D] view of an attention output in `layout` (no copy)."""
+    if layout == "TND":
+        if t.dim() != 3:
+            raise OpenfiaError(f"merge_attention_states: argument '{name}': must be 3-D [T, N, D] "
+                               f"for input_layout TND (got {list(t.shape)})")
+        return t.unsqueeze(0).permute(0, 2, 1, 3)
+    if layout == "BSH":
+        if t.dim() != 3 or n <= 0 or t.shape[2] % n != 0:
+            raise OpenfiaError(f"merge_attention_states: argument '{name}': must be 3-D [B, S, H] "
+                               f"with H a multiple of N = {n} for input_layout BSH "
+                               f"(got {list(t.shape)})")
+        return t.view(t.shape[0], t.shape[1], n, t.shape[2] // n).permute(0, 2, 1, 3)
+    if t.dim() != 4:
+        raise OpenfiaError(f"merge_attention_states: argument '{name}': must be 4-D for "
+                           f"input_layout {layout} (got {list(t.shape)})")
+    return t.permute(0, 2, 1, 3) if layout in ("BSND", "BNSD_BSND") else t
+
+
+def _lse_bnsd(t, layout):
+    """softmax_lse as [B, N, S, 1]: TND's [T, N, 1] becomes [1, N, T, 1] (no copy)."""
+    if layout == "TND" and t.dim() == 3:
+        return t.unsqueeze(0).permute(0, 2, 1, 3)
+    return t
+
+
+def _native(t):
+    if t is None:
+        return None
+    if t.requires_grad:
+        t = t.detach()
+    return torch.utils.dlpack.to_dlpack(t)
+
+
+def merge_attention_states(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND",
+                           out=None, lse=None, out_dtype=None):
+    """Returns (out, lse): attention over the union of two disjoint key sets from the
+    (attention_out, softmax_lse) pairs npu_fused_infer_attention_score returned for each set
+    (softmax_lse_flag=True, same queries). input_layout is the layout of the attention outputs:
+    BSH [B, S, H], BSND [B, S, N, D] (also what BNSD_BSND returns), BNSD [B, N, S, D] or TND
+    [T, N, D]; softmax_lse is [B, N, S, 1] ([T, N, 1] for TND). A row whose lse is +inf (no
+    key) contributes nothing. out_b / lse_b None: (out, lse) = a converted to out_dtype.
+    `out` / `lse` may be given (written in place; they may be out_a / lse_a themselves), else
+    they are allocated with out_dtype (default: out_a's dtype) and float32."""
+    if input_layout not in _LAYOUTS + ("TND", "BNSD_BSND"):
+        raise OpenfiaError("merge_attention_states: argument 'input_layout': must be BSH, BSND, "
+                           f"BNSD, BNSD_BSND or TND (got '{input_layout}')")
+    n = lse_a.shape[1] if lse_a.dim() >= 2 else 0  # N: [B, N, S, 1] and [T, N, 1] alike
+    if out is None:
+        out = torch.empty(out_a.shape, dtype=out_dtype or out_a.dtype)
+    if lse is None:
+        lse = torch.empty(lse_a.shape, dtype=torch.float32)
+    views = [None if t is None else _native(_bnsd(t, input_layout, n, name))
+             for t, name in ((out_a, "out_a"), (out_b, "out_b"), (out, "out"))]
+    lses = [None if t is None else _native(_lse_bnsd(t, input_layout))
+            for t in (lse_a, lse_b, lse)]
+    _openfia.merge_attention_states(views[0], lses[0], views[1], lses[1], views[2], lses[2])
+    return out, lse
+
+
+_CAUSAL_MASK = None
+
+
+def _causal_mask():
+    """The 2048 x 2048 mask of FIA's sparse_mode 3 (1 strictly above the diagonal)."""
+    global _CAUSAL_MASK
+    if _CAUSAL_MASK is None:
+        _CAUSAL_MASK = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+    return _CAUSAL_MASK
+
+
+def _seq_axis(layout):
+    return 2 if layout == "BNSD" else 1
+
+
+def _describe(query, key, value, num_heads, num_key_value_heads, scale, input_layout, causal,
+              zigzag):
+    """What every rank must agree on, and this rank's local error (or None)."""
+    err = None
+    try:
+        if input_layout not in _LAYOUTS:
+            raise OpenfiaError("ring_attention: argument 'input_layout': must be BSH, BSND or "
+                               f"BNSD (got '{input_layout}')")
+        from . import fia_output_spec
+
+        fia_output_spec(query, key, value, num_heads=num_heads,
+                        num_key_value_heads=num_key_value_heads, scale=scale,
+                        input_layout=input_layout, softmax_lse_flag=True)
+        ax = _seq_axis(input_layout)
+        if causal and query.shape[ax] != key.shape[ax]:
+            raise OpenfiaError("ring_attention: argument 'key': with causal=True every rank holds "
+                               "the same positions of the queries and the keys, so the sequence "
+                               f"lengths must be equal (got query {query.shape[ax]}, key "
+                               f"{key.shape[ax]})")
+        if zigzag and (not causal or query.shape[ax] % 2 != 0):
+            raise OpenfiaError("ring_attention: argument 'zigzag': needs causal=True and an even "
+                               "local sequence length (two equal chunks) (got causal="
+                               f"{bool(causal)}, length {query.shape[ax]})")
+    except (OpenfiaError, ValueError, TypeError, AttributeError, IndexError) as e:
+        err = f"{type(e).__name__}: {e}"
+    ax = _seq_axis(input_layout) if input_layout in _LAYOUTS else 1
+
+    def shape_wo_seq(t):
+        s = list(getattr(t, "shape", []))
+        return s[:ax] + s[ax + 1:] if len(s) > ax else s
+
+    common = {
+        "query": (str(getattr(query, "dtype", None)), shape_wo_seq(query)),
+        "key": (str(getattr(key, "dtype", None)), shape_wo_seq(key)),
+        "value": (str(getattr(value, "dtype", None)), shape_wo_seq(value)),
+        "num_heads": num_heads, "num_key_value_heads": num_key_value_heads,
+        "scale": float(scale), "input_layout": input_layout, "causal": bool(causal),
+        "zigzag": bool(zigzag),
+    }
+    if zigzag:  # every rank holds two chunks of the same length
+        common["sequence length"] = getattr(query, "shape", [0, 0, 0])[ax]
+    kv_shape = (list(key.shape), list(value.shape)) if err is None else None
+    return {"common": common, "kv_shape": kv_shape, "error": err}
+
+
+def ring_attention(query, key, value, *, num_heads, num_key_value_heads=0, scale=1.0,
+                   input_layout="BSND", causal=False, zigzag=False, softmax_lse_flag=False,
+                   group=None):
+    """Attention over a sequence split across the ranks of `group` (torch.distributed; the
+    default group when None; a single process when torch.distributed is not initialized).
+
+    Rank r passes the r-th contiguous chunk of the queries and of the keys / values of the same
+    batch, heads and head size on every rank (chunk lengths may differ between ranks; with
+    causal=True a rank's query and key chunks cover the same positions, so their lengths are
+    equal). Arguments as npu_fused_infer_attention_score's: input_layout BSH, BSND or BNSD,
+    num_heads, num_key_value_heads (GQA), scale (default 1.0 as there). causal=True: query i
+    attends keys 0..i of the whole sequence (across ranks), else every key.
+    zigzag=True (with causal): the sequence is cut into 2W equal chunks and rank r holds chunks
+    r and 2W - 1 - r, concatenated (queries and keys alike, so every rank has the same even
+    length): every ring step is then one call of the same cost on every rank, where the
+    contiguous split gives rank W - 1 W times the causal work of rank 0.
+
+    Returns (attention_out, softmax_lse) for this rank's queries: attention_out in the query's
+    dtype and layout, softmax_lse [B, N, S, 1] float32 over the whole sequence (softmax_lse_flag),
+    else a [1] tensor of zero, as npu_fused_infer_attention_score returns.
+    Every rank raises the same OpenfiaError when any rank's arguments are invalid or the ranks
+    disagree (no rank is left waiting)."""
+    import torch.distributed as dist
+
+    from . import npu_fused_infer_attention_score as fia
+
+    dist_on = dist.is_available() and dist.is_initialized()
+    world = dist.get_world_size(group) if dist_on else 1
+    rank = dist.get_rank(group) if dist_on else 0
+    desc = _describe(query, key, value, num_heads, num_key_value_heads, scale, input_layout,
+                     causal, zigzag)
+    if world > 1:
+        descs = [None] * world
+        dist.all_gather_object(descs, desc, group=group)
+    else:
+        descs = [desc]
+    if desc["error"] is not None:  # this rank's own error first, in its own words
+        raise OpenfiaError(desc["error"].split(": ", 1)[1])
+    for r, d in enumerate(descs):
+        if d["error"] is not None:
+            raise OpenfiaError(f"ring_attention: rank {r} of {world}: {d['error']}")
+    for r, d in enumerate(descs):
+        for name, v in d["common"].items():
+            if v != desc["common"][name]:
+                raise OpenfiaError(
+                    f"ring_attention: argument '{name}': every rank must pass the same "
+                    f"{'dtype and sizes (all but the sequence axis)' if name in ('query', 'key', 'value') else 'value'}"
+                    f" (got rank {rank}: {desc['common'][name]}, rank {r}: {v})")
+
+    ax = _seq_axis(input_layout)
+    use_mask = causal and query.shape[ax] > 1
+    acc = acc_lse = None
+    k_cur, v_cur = key.detach().contiguous(), value.detach().contiguous()
+    q = query.detach()
+    half = query.shape[ax] // 2
+    for step in range(world):
+        src = (rank - step) % world  # the rank whose chunk k_cur / v_cur is
+        reqs = []
+        if step + 1 < world:  # pass the chunk on while computing on it
+            nxt, prv = (rank + 1) % world, (rank - 1) % world
+            k_shape, v_shape = descs[(rank - step - 1) % world]["kv_shape"]
+            k_next = torch.empty(k_shape, dtype=key.dtype)
+            v_next = torch.empty(v_shape, dtype=value.dtype)
+            g = (lambda r: dist.get_global_rank(group, r)) if group is not None else (lambda r: r)
+            reqs = [dist.isend(k_cur, g(nxt), group=group), dist.isend(v_cur, g(nxt), group=group),
+                    dist.irecv(k_next, g(prv), group=group),
+                    dist.irecv(v_next, g(prv), group=group)]
+        # Which queries see which keys of chunk `src`: all, causally (the rank's own chunk: in
+        # both splits the local order is the global order), only the upper half of the queries
+        # (zigzag, src > rank: both of src's chunks precede this rank's second chunk), or none.
+        if not causal or src < rank:
+            part = "all"
+        elif src == rank:
+            part = "causal"
+        else:
+            part = "upper" if zigzag else None
+        if part is not None:
+            diag = part == "causal" and use_mask
+            qp = q.narrow(ax, half, half) if part == "upper" else q
+            kp, vp = k_cur, v_cur
+            if zigzag and part == "all":  # src < rank: only src's first chunk is visible
+                kp, vp = k_cur.narrow(ax, 0, half), v_cur.narrow(ax, 0, half)
+            out_t, lse_t = fia(qp, kp, vp, num_heads=num_heads,
+                               num_key_value_heads=num_key_value_heads, scale=scale,
+                               input_layout=input_layout, sparse_mode=3 if diag else 0,
+                               atten_mask=_causal_mask() if diag else None,
+                               softmax_lse_flag=True)
+            if acc is None:
+                acc, acc_lse = merge_attention_states(out_t, lse_t, input_layout=input_layout,
+                                                      out_dtype=torch.float32)
+            else:
+                a, al = acc, acc_lse
+                if part == "upper":
+                    a, al = acc.narrow(ax, half, half), acc_lse.narrow(2, half, half)
+                merge_attention_states(a, al, out_t, lse_t, input_layout=input_layout, out=a,
+                                       lse=al)
+        for req in reqs:
+            req.wait()
+        if reqs:
+            k_cur, v_cur = k_next, v_next
+    out, lse = merge_attention_states(acc, acc_lse, input_layout=input_layout,
+                                      out_dtype=query.dtype)
+    if not softmax_lse_flag:
+        lse = torch.zeros(1, dtype=torch.float32)
+    return out, lse
