@@ -290,7 +290,7 @@ else:
     from .kvqsfa import npu_kv_quant_sparse_flash_attention  # noqa: F401,E402
     from .sas import (npu_sparse_attn_sharedkv, npu_sparse_attn_sharedkv_metadata,  # noqa: E402
                       verify_sparse_attn_sharedkv_metadata)
-    from .ring import merge_attention_states, ring_attention  # noqa: E402
+    from .ring import merge_attention_states, ring_attention, sharded_kv_attention  # noqa: E402
     __all__ += ["npu_sparse_attn_sharedkv", "npu_sparse_attn_sharedkv_metadata",
                 "verify_sparse_attn_sharedkv_metadata", "merge_attention_states",
-                "ring_attention"]
+                "ring_attention", "sharded_kv_attention"]

@@ -97,6 +97,13 @@ def _seq_axis(layout):
     return 2 if layout == "BNSD" else 1
 
 
+def _as_float(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return repr(x)
+
+
 def _describe(query, key, value, num_heads, num_key_value_heads, scale, input_layout, causal,
               zigzag):
     """What every rank must agree on, and this rank's local error (or None)."""
@@ -133,13 +140,48 @@ def _describe(query, key, value, num_heads, num_key_value_heads, scale, input_la
         "key": (str(getattr(key, "dtype", None)), shape_wo_seq(key)),
         "value": (str(getattr(value, "dtype", None)), shape_wo_seq(value)),
         "num_heads": num_heads, "num_key_value_heads": num_key_value_heads,
-        "scale": float(scale), "input_layout": input_layout, "causal": bool(causal),
+        "scale": _as_float(scale), "input_layout": input_layout, "causal": bool(causal),
         "zigzag": bool(zigzag),
     }
     if zigzag:  # every rank holds two chunks of the same length
         common["sequence length"] = getattr(query, "shape", [0, 0, 0])[ax]
     kv_shape = (list(key.shape), list(value.shape)) if err is None else None
     return {"common": common, "kv_shape": kv_shape, "error": err}
+
+
+def _agree(desc, group, world, rank, op):
+    """Exchanges the ranks' descriptions ({"common", "error", ...}); raises OpenfiaError on every
+    rank when any rank's call is invalid or the ranks' "common" parts differ. Returns them all."""
+    import torch.distributed as dist
+
+    if world > 1:
+        descs = [None] * world
+        dist.all_gather_object(descs, desc, group=group)
+    else:
+        descs = [desc]
+    if desc["error"] is not None:  # this rank's own error first, in its own words
+        raise OpenfiaError(desc["error"].split(": ", 1)[1])
+    for r, d in enumerate(descs):
+        if d["error"] is not None:
+            raise OpenfiaError(f"{op}: rank {r} of {world}: {d['error']}")
+    for r, d in enumerate(descs):
+        for name, v in d["common"].items():
+            if v != desc["common"][name]:
+                what = ("dtype and sizes (all but the sequence axis)"
+                        if name in ("query", "key", "value") and op == "ring_attention"
+                        else "dtype and sizes" if name == "query" else "value")
+                raise OpenfiaError(f"{op}: argument '{name}': every rank must pass the same "
+                                   f"{what} (got rank {rank}: {desc['common'][name]}, rank {r}: "
+                                   f"{v})")
+    return descs
+
+
+def _world(group):
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(group), dist.get_rank(group)
+    return 1, 0
 
 
 def ring_attention(query, key, value, *, num_heads, num_key_value_heads=0, scale=1.0,
@@ -168,29 +210,10 @@ def ring_attention(query, key, value, *, num_heads, num_key_value_heads=0, scale
 
     from . import npu_fused_infer_attention_score as fia
 
-    dist_on = dist.is_available() and dist.is_initialized()
-    world = dist.get_world_size(group) if dist_on else 1
-    rank = dist.get_rank(group) if dist_on else 0
+    world, rank = _world(group)
     desc = _describe(query, key, value, num_heads, num_key_value_heads, scale, input_layout,
                      causal, zigzag)
-    if world > 1:
-        descs = [None] * world
-        dist.all_gather_object(descs, desc, group=group)
-    else:
-        descs = [desc]
-    if desc["error"] is not None:  # this rank's own error first, in its own words
-        raise OpenfiaError(desc["error"].split(": ", 1)[1])
-    for r, d in enumerate(descs):
-        if d["error"] is not None:
-            raise OpenfiaError(f"ring_attention: rank {r} of {world}: {d['error']}")
-    for r, d in enumerate(descs):
-        for name, v in d["common"].items():
-            if v != desc["common"][name]:
-                raise OpenfiaError(
-                    f"ring_attention: argument '{name}': every rank must pass the same "
-                    f"{'dtype and sizes (all but the sequence axis)' if name in ('query', 'key', 'value') else 'value'}"
-                    f" (got rank {rank}: {desc['common'][name]}, rank {r}: {v})")
-
+    descs = _agree(desc, group, world, rank, "ring_attention")
     ax = _seq_axis(input_layout)
     use_mask = causal and query.shape[ax] > 1
     acc = acc_lse = None
@@ -245,5 +268,68 @@ def ring_attention(query, key, value, *, num_heads, num_key_value_heads=0, scale
     out, lse = merge_attention_states(acc, acc_lse, input_layout=input_layout,
                                       out_dtype=query.dtype)
     if not softmax_lse_flag:
+        lse = torch.zeros(1, dtype=torch.float32)
+    return out, lse
+
+
+# Arguments of npu_fused_infer_attention_score that describe the keys: they may differ between
+# the ranks of sharded_kv_attention (each holds its own part of the cache).
+_KV_ARGS = frozenset((
+    "key", "value", "atten_mask", "pse_shift", "actual_seq_lengths_kv", "antiquant_scale",
+    "antiquant_offset", "block_table", "kv_padding_size", "key_antiquant_scale",
+    "key_antiquant_offset", "value_antiquant_scale", "value_antiquant_offset",
+    "key_shared_prefix", "value_shared_prefix", "actual_shared_prefix_len", "key_rope",
+    "block_size", "key_antiquant_mode", "value_antiquant_mode", "antiquant_mode",
+    "pre_tokens", "next_tokens", "sparse_mode",
+))
+
+
+def sharded_kv_attention(query, key, value, *, group=None, **kwargs):
+    """Attention of the same queries over a key / value sequence sharded across the ranks of
+    `group` (torch.distributed; one process without it): decode over a context whose KV cache
+    does not fit one machine. Every rank passes the same query and query-side arguments
+    (num_heads, scale, input_layout, num_key_value_heads, query_rope, ...; checked) and its own
+    part of the keys in any form npu_fused_infer_attention_score takes (contiguous, paged,
+    int8 / int4 antiquant, a shared prefix, its own mask / lengths for its keys); the parts must
+    be disjoint. Each rank computes its part with softmax_lse, the ranks all_gather the (out,
+    lse) pairs (small: the queries' rows) and every rank merges them in rank order, so every
+    rank returns bitwise the same (attention_out, softmax_lse) over the union of the keys
+    (softmax_lse as FIA returns it: the real lse with softmax_lse_flag, else [1] zero).
+    Not with int8 output quantization (quant_scale2): quantized outputs cannot be merged."""
+    import torch.distributed as dist
+
+    from . import npu_fused_infer_attention_score as fia
+
+    world, rank = _world(group)
+    want_lse = bool(kwargs.pop("softmax_lse_flag", False))
+    layout = kwargs.get("input_layout", "BSH")
+    err = None
+    try:
+        if kwargs.get("quant_scale2") is not None:
+            raise OpenfiaError("sharded_kv_attention: argument 'quant_scale2': int8 output "
+                               "quantization cannot be merged across ranks (got a tensor)")
+        out, lse = fia(query, key, value, softmax_lse_flag=True, **kwargs)
+    except (OpenfiaError, ValueError, TypeError) as e:
+        err = f"{type(e).__name__}: {e}"
+
+    def summary(v):
+        if isinstance(v, torch.Tensor):
+            return (str(v.dtype), list(v.shape), v.tolist() if v.numel() <= 64 else None)
+        return _as_float(v) if isinstance(v, float) else v
+
+    common = {"query": (str(getattr(query, "dtype", None)), list(getattr(query, "shape", [])))}
+    common.update({k: summary(v) for k, v in sorted(kwargs.items()) if k not in _KV_ARGS})
+    _agree({"common": common, "error": err}, group, world, rank, "sharded_kv_attention")
+    if world > 1:
+        outs = [torch.empty_like(out) for _ in range(world)]
+        lses = [torch.empty_like(lse) for _ in range(world)]
+        dist.all_gather(outs, out.contiguous(), group=group)
+        dist.all_gather(lses, lse.contiguous(), group=group)
+        acc, acc_lse = merge_attention_states(outs[0], lses[0], input_layout=layout,
+                                              out_dtype=torch.float32)
+        for o, l in zip(outs[1:], lses[1:]):
+            merge_attention_states(acc, acc_lse, o, l, input_layout=layout, out=acc, lse=acc_lse)
+        out, lse = merge_attention_states(acc, acc_lse, input_layout=layout, out_dtype=out.dtype)
+    if not want_lse:
         lse = torch.zeros(1, dtype=torch.float32)
     return out, lse

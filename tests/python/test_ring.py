@@ -1,4 +1,4 @@
-"""merge_attention_states and ring_attention (docs/ring_attention.md): attention over keys split
+"""merge_attention_states, ring_attention and sharded_kv_attention (docs/ring_attention.md): attention over keys split
 across calls, or a sequence split across processes (torch.distributed, gloo), against the
 float64 oracle of the whole problem (torch_ref) with bounds derived from it."""
 import os
@@ -97,6 +97,61 @@ CASES = {
 }
 
 
+# sharded_kv_attention: the same decode queries, the keys split across ranks. Rank r holds
+# lens[r] keys of which act[r][b] count for batch b (0: that rank has none of batch b's keys).
+SHARDED = [
+    dict(kind="bf16", B=2, N=8, KVN=2, D=64, lens=[30, 20, 25], act=[[30, 12], [20, 0], [25, 25]],
+         seed=60),
+    dict(kind="int8", B=1, N=4, KVN=4, D=32, lens=[40, 17, 33], act=None, seed=70),
+]
+
+
+def _sharded_full(case, world):
+    """(q, per-rank kwargs list, full-problem kwargs for the oracle) of a sharded case."""
+    b, n, kvn, d, seed = (case[k] for k in ("B", "N", "KVN", "D", "seed"))
+    lens = case["lens"][:world]
+    q = _rand((b, n, 1, d), torch.bfloat16, seed)
+    common = dict(num_heads=n, num_key_value_heads=kvn, scale=d ** -0.5, input_layout="BNSD",
+                  softmax_lse_flag=True)
+    parts, ks, vs = [], [], []
+    for r, ln in enumerate(lens):
+        if case["kind"] == "bf16":
+            k = _rand((b, kvn, ln, d), torch.bfloat16, seed + 10 * r + 1)
+            v = _rand((b, kvn, ln, d), torch.bfloat16, seed + 10 * r + 2)
+            kw = dict(actual_seq_lengths_kv=case["act"][r][:b])
+        else:
+            g = torch.Generator().manual_seed(seed + 10 * r)
+            k = torch.randint(-128, 128, (b, kvn, ln, d), generator=g, dtype=torch.int8)
+            v = torch.randint(-128, 128, (b, kvn, ln, d), generator=g, dtype=torch.int8)
+            kw = dict(key_antiquant_scale=torch.rand(b, ln, generator=g) / 50 + 1e-3,
+                      value_antiquant_scale=torch.rand(b, ln, generator=g) / 50 + 1e-3,
+                      key_antiquant_mode=1, value_antiquant_mode=1)
+        parts.append((k, v, kw))
+    # The whole problem: batch b's keys are every rank's first act[r][b] keys, in rank order.
+    if case["kind"] == "bf16":
+        tot = [sum(case["act"][r][bi] for r in range(world)) for bi in range(b)]
+        kf = torch.zeros(b, kvn, max(tot), d, dtype=torch.bfloat16)
+        vf = torch.zeros_like(kf)
+        for bi in range(b):
+            at = 0
+            for r in range(world):
+                a = case["act"][r][bi]
+                kf[bi, :, at:at + a] = parts[r][0][bi, :, :a]
+                vf[bi, :, at:at + a] = parts[r][1][bi, :, :a]
+                at += a
+        full = dict(common, actual_seq_lengths_kv=tot)
+        vmax = vf.double().abs().max()
+    else:
+        kf = torch.cat([p[0] for p in parts], 2)
+        vf = torch.cat([p[1] for p in parts], 2)
+        full = dict(common, key_antiquant_mode=1, value_antiquant_mode=1,
+                    key_antiquant_scale=torch.cat([p[2]["key_antiquant_scale"] for p in parts], 1),
+                    value_antiquant_scale=torch.cat([p[2]["value_antiquant_scale"] for p in parts],
+                                                    1))
+        vmax = (vf.double() * full["value_antiquant_scale"].double()[:, None, :, None]).abs().max()
+    return q, parts, common, (kf, vf, full, vmax)
+
+
 def _worker(rank, world, tmp, cases):
     """One rank: every case of its world, then a subgroup ring, then the error cases. Results
     and exceptions go to files the test reads (a child's assert would only say 'exit 1')."""
@@ -115,6 +170,18 @@ def _worker(rank, world, tmp, cases):
                 _chunk(v, lay, case["kv_lens"], rank, case, world), num_heads=case["N"],
                 num_key_value_heads=case["KVN"], scale=case["scale"], input_layout=lay,
                 causal=case["causal"], zigzag=case.get("zigzag", False), softmax_lse_flag=True)
+        for i, case in enumerate(SHARDED):
+            q, parts, common, _ = _sharded_full(case, world)
+            k, v, kw = parts[rank]
+            res[f"sharded{i}"] = openfia.sharded_kv_attention(q, k, v, **common, **kw)
+        q, parts, common, _ = _sharded_full(SHARDED[0], world)
+        k, v, kw = parts[rank]
+        try:
+            openfia.sharded_kv_attention(q, k, v, **dict(common, scale=0.5 if rank == 1 else 1.0),
+                                         **kw)
+            res["err_sharded"] = None
+        except openfia.OpenfiaError as e:
+            res["err_sharded"] = str(e)
         # A ring over a subgroup: ranks 0 and world - 1 (group ranks 0, 1).
         sub = dist.new_group([0, world - 1])
         if rank in (0, world - 1):
@@ -165,6 +232,21 @@ def test_ring_attention_matches_the_whole_sequence(world, tmp_path):
             want_lse = _take(lse, 2, case["q_lens"], idx)
             assert_within(got_lse, want_lse, 2 * _take(lbound, 2, case["q_lens"], idx) + 4 *
                           torch_ref.EPS32 * want_lse.abs(), what + " lse")
+    # sharded_kv_attention: every rank returns bitwise the same result, within the oracle's
+    # bound of the whole problem plus the split's terms (as _expected).
+    for i, case in enumerate(SHARDED):
+        q, _, _, (kf, vf, full, vmax) = _sharded_full(case, world)
+        out, lse, bound, lbound, out_dtype = torch_ref.reference(q, kf, vf, **full)
+        bound = bound + (torch_ref.UNIT_ROUNDOFF[out_dtype] + 2 * lbound) * vmax
+        got, got_lse = results[0][f"sharded{i}"]
+        for r in range(1, world):
+            assert torch.equal(results[r][f"sharded{i}"][0], got)
+            assert torch.equal(results[r][f"sharded{i}"][1], got_lse)
+        assert_within(got, out, bound, f"sharded case {i} ({case['kind']}), world {world}")
+        assert_within(got_lse, lse, 2 * lbound + 4 * torch_ref.EPS32 * lse.abs(),
+                      f"sharded case {i} lse")
+    for r, res in enumerate(results):
+        assert res["err_sharded"] is not None and "'scale'" in res["err_sharded"], res
     # The subgroup ring computed case 0 over ranks 0 and world - 1 only.
     sub = dict(cases[0], q_lens=cases[0]["q_lens"][:2], kv_lens=cases[0]["kv_lens"][:2])
     out, lse, bound, _ = _expected(sub)
@@ -183,6 +265,16 @@ def test_ring_attention_matches_the_whole_sequence(world, tmp_path):
         assert (r == 1) == ("rank 1 of" not in msg), msg
         msg = res["err_zigzag"]  # rank 0: zigzag without causal
         assert msg is not None and "'zigzag'" in msg and (r == 0) == ("rank 0 of" not in msg), msg
+
+
+def test_sharded_kv_attention_single_process_is_fia():
+    q, parts, common, _ = _sharded_full(SHARDED[1], 1)
+    k, v, kw = parts[0]
+    want = fia(q, k, v, **common, **kw)
+    got = openfia.sharded_kv_attention(q, k, v, **common, **kw)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    with pytest.raises(openfia.OpenfiaError, match="argument 'quant_scale2'"):
+        openfia.sharded_kv_attention(q, k, v, quant_scale2=torch.ones(1), **common, **kw)
 
 
 def test_ring_attention_single_process_is_fia():
