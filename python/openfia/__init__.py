@@ -256,7 +256,9 @@ def patch_torch_npu():
     torch.ops.npu.npu_kv_quant_sparse_flash_attention, torch.ops.custom.npu_sparse_attn_sharedkv
     and torch.ops.custom.npu_sparse_attn_sharedkv_metadata (the CANN custom-op package's
     namespace). With a real torch_npu (or custom-op package) installed, its functions are
-    replaced and a CPU kernel is added to its ops.
+    replaced and a CPU kernel is added to its ops. Without one, the stand-in also gives
+    Tensor.npu(), torch.npu and a torchair whose npu_backend compiles for the CPU (npu_shim.py),
+    so the source documents' examples run unchanged (`python -m openfia run script.py`).
     Returns the torch_npu module."""
     import importlib
     import sys
@@ -271,7 +273,15 @@ def patch_torch_npu():
         except Exception:  # not installed (or unusable without an NPU): provide a stand-in
             mod = types.ModuleType("torch_npu")
             mod.__doc__ = "openfia stand-in for torch_npu (openfia.patch_torch_npu())"
+            mod.__openfia_stand_in__ = True
             sys.modules["torch_npu"] = mod
+    if getattr(mod, "__openfia_stand_in__", False):
+        # No NPU software at all: the script-side calls around the operators too (Tensor.npu,
+        # torch.npu, torchair's graph mode), see npu_shim.py.
+        from . import npu_shim
+
+        npu_shim.install_device_shims(mod)
+        npu_shim.install_torchair()
     mod.npu_fused_infer_attention_score = npu_fused_infer_attention_score
     mod.npu_kv_quant_sparse_flash_attention = kvqsfa.npu_kv_quant_sparse_flash_attention
     mod.npu_sparse_attn_sharedkv = sas.npu_sparse_attn_sharedkv
