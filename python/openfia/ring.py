@@ -56,6 +56,39 @@ def _native(t):
     return torch.utils.dlpack.to_dlpack(t)
 
 
+MERGE_NAME = "merge_attention_states"
+MERGE_SCHEMA = ("(Tensor out_a, Tensor lse_a, Tensor? out_b=None, Tensor? lse_b=None, *, "
+                "str input_layout=\"BSND\", ScalarType? out_dtype=None) -> (Tensor, Tensor)")
+
+
+def _merge_cpu_kernel(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND",
+                      out_dtype=None):
+    return _merge_eager(out_a, lse_a, out_b, lse_b, input_layout, None, None, out_dtype)
+
+
+def _merge_fake_kernel(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND",
+                       out_dtype=None):
+    return (out_a.new_empty(out_a.shape, dtype=out_dtype or out_a.dtype),
+            lse_a.new_empty(lse_a.shape, dtype=torch.float32))
+
+
+def define_op(lib, namespace):
+    """torch.ops.<namespace>.merge_attention_states (functional: new outputs), with a fake
+    kernel, so torch.compile(fullgraph=True) traces merges as one node."""
+    lib.define(MERGE_NAME + MERGE_SCHEMA)
+    lib.impl(MERGE_NAME, _merge_cpu_kernel, "CPU")
+    torch.library.register_fake(f"{namespace}::{MERGE_NAME}", _merge_fake_kernel, lib=lib)
+
+
+def _traced(*tensors):
+    """Whether the call is being traced (torch.compile / export) or has fake / meta / non-CPU
+    tensors: then it goes through the registered op."""
+    if torch.compiler.is_compiling():
+        return True
+    return any(t is not None and (type(t) is not torch.Tensor or t.device.type != "cpu")
+               for t in tensors)
+
+
 def merge_attention_states(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND",
                            out=None, lse=None, out_dtype=None):
     """Returns (out, lse): attention over the union of two disjoint key sets from the
@@ -65,7 +98,16 @@ def merge_attention_states(out_a, lse_a, out_b=None, lse_b=None, *, input_layout
     [T, N, D]; softmax_lse is [B, N, S, 1] ([T, N, 1] for TND). A row whose lse is +inf (no
     key) contributes nothing. out_b / lse_b None: (out, lse) = a converted to out_dtype.
     `out` / `lse` may be given (written in place; they may be out_a / lse_a themselves), else
-    they are allocated with out_dtype (default: out_a's dtype) and float32."""
+    they are allocated with out_dtype (default: out_a's dtype) and float32. Under
+    torch.compile (without out / lse) it is the op torch.ops.openfia.merge_attention_states."""
+    if out is None and lse is None and _traced(out_a, lse_a, out_b, lse_b):
+        return torch.ops.openfia.merge_attention_states(out_a, lse_a, out_b, lse_b,
+                                                        input_layout=input_layout,
+                                                        out_dtype=out_dtype)
+    return _merge_eager(out_a, lse_a, out_b, lse_b, input_layout, out, lse, out_dtype)
+
+
+def _merge_eager(out_a, lse_a, out_b, lse_b, input_layout, out, lse, out_dtype):
     if input_layout not in _LAYOUTS + ("TND", "BNSD_BSND"):
         raise OpenfiaError("merge_attention_states: argument 'input_layout': must be BSH, BSND, "
                            f"BNSD, BNSD_BSND or TND (got '{input_layout}')")

@@ -130,12 +130,14 @@ def _define(lib, namespace):
 
 
 from . import kvqsfa as _kvqsfa  # noqa: E402
+from . import ring as _ring  # noqa: E402
 from . import sas as _sas  # noqa: E402
 
 _lib = torch.library.Library("openfia", "DEF")
 _define(_lib, "openfia")
 _kvqsfa.define_op(_lib, "openfia")
 _sas.define_ops(_lib, "openfia")
+_ring.define_op(_lib, "openfia")
 
 # Libraries made by register_npu_namespace (kept alive: dropping one removes its registrations).
 _patch_libs = {}

@@ -348,3 +348,26 @@ def test_merge_attention_states_errors():
         openfia.merge_attention_states(o, l, input_layout="SBH")
     with pytest.raises(openfia.OpenfiaError, match="argument 'out'.*overlap itself"):
         openfia.merge_attention_states(o, l, out=torch.zeros(1, 1, 2, 8).expand(1, 3, 2, 8))
+
+
+def test_merge_attention_states_under_torch_compile():
+    """Inside torch.compile(fullgraph=True) the merge is one op node
+    (torch.ops.openfia.merge_attention_states, fake kernel for shapes): bitwise the eager
+    result; meta tensors give the output shapes and dtypes."""
+    q, k, v = (_rand((1, 4, 3, 16), torch.bfloat16, s) for s in (1, 2, 3))
+    kw = dict(num_heads=4, scale=0.25, input_layout="BNSD", softmax_lse_flag=True)
+
+    def f(q, k, v):
+        a = fia(q, k[:, :, :5], v[:, :, :5], **kw)
+        b = fia(q, k[:, :, 5:], v[:, :, 5:], **kw)
+        return openfia.merge_attention_states(a[0], a[1], b[0], b[1], input_layout="BNSD",
+                                              out_dtype=torch.float32)
+
+    k, v = (_rand((1, 4, 12, 16), torch.bfloat16, s) for s in (4, 5))
+    eager = f(q, k, v)
+    compiled = torch.compile(f, fullgraph=True)(q, k, v)
+    assert torch.equal(compiled[0], eager[0]) and torch.equal(compiled[1], eager[1])
+    assert eager[0].dtype == torch.float32
+    m = openfia.merge_attention_states(torch.empty(2, 3, 4, 8, device="meta"),
+                                       torch.empty(2, 4, 3, 1, device="meta"))
+    assert m[0].shape == (2, 3, 4, 8) and m[0].device.type == "meta" and m[1].dtype == torch.float32
