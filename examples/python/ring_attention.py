@@ -11,6 +11,7 @@ key / value chunks around the ring and merges the partial results through softma
 of the causal work; zigzag (rank r holds chunks r and 2W - 1 - r) balances it.
 """
 import argparse
+import datetime
 import math
 import os
 import tempfile
@@ -44,7 +45,8 @@ def worker(rank, world, seq, threads, rdv, out_dir):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     openfia.set_num_threads(threads)
     torch.set_num_threads(threads)
-    dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{rdv}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=600))
     q, k, v = inputs(seq)
     res = {}
     for zigzag in (False, True):

@@ -1,6 +1,8 @@
-"""merge_attention_states, ring_attention and sharded_kv_attention (docs/ring_attention.md): attention over keys split
-across calls, or a sequence split across processes (torch.distributed, gloo), against the
-float64 oracle of the whole problem (torch_ref) with bounds derived from it."""
+"""merge_attention_states, ring_attention and sharded_kv_attention (docs/ring_attention.md):
+attention over keys split across calls, or a sequence split across processes
+(torch.distributed, gloo), against the float64 oracle of the whole problem (torch_ref) with
+bounds derived from it."""
+import datetime
 import os
 
 import pytest
@@ -158,7 +160,8 @@ def _worker(rank, world, tmp, cases):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
     openfia.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/rdv", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/rdv", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))  # fail, never hang
     res = {}
     try:
         for i, case in enumerate(cases):
