@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from . import _openfia
+from . import _capsule, _openfia
 from ._openfia import OpenfiaError
+from .sas import _traced  # traced / fake / meta calls go through the registered op
 
 _LAYOUTS = ("BSH", "BSND", "BNSD")
 
@@ -49,11 +50,8 @@ def _lse_bnsd(t, layout):
 
 
 def _native(t):
-    if t is None:
-        return None
-    if t.requires_grad:
-        t = t.detach()
-    return torch.utils.dlpack.to_dlpack(t)
+    """A view (input or output, any strides: no contiguous copy) as a DLPack capsule."""
+    return None if t is None else _capsule(t.detach() if t.requires_grad else t)
 
 
 MERGE_NAME = "merge_attention_states"
@@ -78,15 +76,6 @@ def define_op(lib, namespace):
     lib.define(MERGE_NAME + MERGE_SCHEMA)
     lib.impl(MERGE_NAME, _merge_cpu_kernel, "CPU")
     torch.library.register_fake(f"{namespace}::{MERGE_NAME}", _merge_fake_kernel, lib=lib)
-
-
-def _traced(*tensors):
-    """Whether the call is being traced (torch.compile / export) or has fake / meta / non-CPU
-    tensors: then it goes through the registered op."""
-    if torch.compiler.is_compiling():
-        return True
-    return any(t is not None and (type(t) is not torch.Tensor or t.device.type != "cpu")
-               for t in tensors)
 
 
 def merge_attention_states(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND",

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "common/check.h"
-#include "common/numeric.h"
 #include "common/parallel.h"
 #include "openfia/attention_state.h"
+#include "simd/scalar_convert.h"
 
 namespace openfia {
 namespace {
@@ -142,52 +142,39 @@ float RoundToOddF32(double d) {
 }
 
 // A row of D elements (element stride `st`) of a view as doubles; the dtype is switched on once
-// per row, and the conversions are inline (a per-element LoadDouble call was ~12 ns / element).
+// per row and the conversions are simd/scalar_convert.h's inline ones (a per-element LoadDouble
+// call was ~12 ns / element).
 void LoadRow(const TensorView& t, const char* p, int64_t st, int64_t D, double* out) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
   switch (t.dtype) {
     case DType::kFloat32: {
       const auto* f = reinterpret_cast<const float*>(p);
       for (int64_t i = 0; i < D; ++i) out[i] = f[i * st];
       break;
     }
-    case DType::kBFloat16: {
-      const auto* h = reinterpret_cast<const uint16_t*>(p);
-      for (int64_t i = 0; i < D; ++i)
-        out[i] = std::bit_cast<float>(static_cast<uint32_t>(h[i * st]) << 16);
+    case DType::kBFloat16:
+      for (int64_t i = 0; i < D; ++i) out[i] = internal::cvt::BF16ToF32(h[i * st]);
       break;
-    }
-    default: {  // float16
-      const auto* h = reinterpret_cast<const uint16_t*>(p);
-      for (int64_t i = 0; i < D; ++i) out[i] = internal::F16ToF32(h[i * st]);
+    default:  // float16
+      for (int64_t i = 0; i < D; ++i) out[i] = internal::cvt::F16ToF32(h[i * st]);
       break;
-    }
   }
 }
 
-// bfloat16 of a float, to nearest even (NaN stays a quiet NaN): internal::F32ToBF16 inline.
-inline uint16_t ToBF16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
 void StoreRow(const TensorView& t, char* p, int64_t st, int64_t D, const double* v) {
+  auto* h = reinterpret_cast<uint16_t*>(p);
   switch (t.dtype) {
     case DType::kFloat32: {
       auto* f = reinterpret_cast<float*>(p);
       for (int64_t i = 0; i < D; ++i) f[i * st] = static_cast<float>(v[i]);
       break;
     }
-    case DType::kBFloat16: {
-      auto* h = reinterpret_cast<uint16_t*>(p);
-      for (int64_t i = 0; i < D; ++i) h[i * st] = ToBF16(RoundToOddF32(v[i]));
+    case DType::kBFloat16:
+      for (int64_t i = 0; i < D; ++i) h[i * st] = internal::cvt::F32ToBF16(RoundToOddF32(v[i]));
       break;
-    }
-    default: {  // float16
-      auto* h = reinterpret_cast<uint16_t*>(p);
-      for (int64_t i = 0; i < D; ++i) h[i * st] = internal::F32ToF16(RoundToOddF32(v[i]));
+    default:  // float16
+      for (int64_t i = 0; i < D; ++i) h[i * st] = internal::cvt::F32ToF16(RoundToOddF32(v[i]));
       break;
-    }
   }
 }
 
@@ -263,18 +250,19 @@ void MergeAttentionStates(const AttentionState& a, const AttentionState& b,
           wa = xa / sum, wb = xb / sum;
         }
       }
+      // A row's own value is copied as it is (-0 stays -0); no term is added for a weight 0.
+      if (wa != 0.0) LoadRow(a.out, At(a.out, bi, ni, s), a.out.strides[3], D, va);
+      if (wb != 0.0) LoadRow(b.out, At(b.out, bi, ni, s), b.out.strides[3], D, vb);
       if (std::isnan(lse)) {
         std::fill(va, va + D, lse);
+      } else if (wa != 0.0 && wb != 0.0) {
+        for (int64_t i = 0; i < D; ++i) va[i] = wa * va[i] + wb * vb[i];
+      } else if (wa != 0.0) {
+        for (int64_t i = 0; i < D; ++i) va[i] *= wa;
+      } else if (wb != 0.0) {
+        for (int64_t i = 0; i < D; ++i) va[i] = wb * vb[i];
       } else {
-        if (wa != 0.0) LoadRow(a.out, At(a.out, bi, ni, s), a.out.strides[3], D, va);
-        if (wb != 0.0) LoadRow(b.out, At(b.out, bi, ni, s), b.out.strides[3], D, vb);
-        for (int64_t i = 0; i < D; ++i) {
-          // A row's own value is copied as it is (-0 stays -0); no term is added for a weight 0.
-          if (wa != 0.0 && wb != 0.0) va[i] = wa * va[i] + wb * vb[i];
-          else if (wa != 0.0) va[i] = wa * va[i];
-          else if (wb != 0.0) va[i] = wb * vb[i];
-          else va[i] = 0.0;
-        }
+        std::fill(va, va + D, 0.0);
       }
       StoreRow(dst.out, At(dst.out, bi, ni, s), dst.out.strides[3], D, va);
       *reinterpret_cast<float*>(At(dst.lse, bi, ni, s)) = static_cast<float>(lse);
