@@ -7,7 +7,15 @@ is absent: with a real torch_npu / torchair nothing here replaces anything of th
   NPU); `torch.npu` / `torch_npu.npu` answer the usual housekeeping calls (synchronize,
   set_device, current_device, empty_cache, manual_seed as no-ops or their CPU meaning) and say
   `is_available() == False`, `device_count() == 0`, so code that picks a device string picks
-  "cpu". Device strings "npu" / "npu:0" themselves are not mapped (torch rejects them).
+  "cpu".
+- Device strings: "npu" becomes a device name torch parses (`torch.device("npu:0")`; the
+  privateuse1 backend renamed, where nothing else has renamed it) and a torch-function mode maps
+  every "npu" device to the CPU where tensors are made or moved: `device=` of any torch function
+  (`torch.randn(..., device="npu:0")`, `torch.tensor`, `new_empty`, ...), `Tensor.to("npu")`,
+  `Tensor.to(torch.device("npu", 0))`, `Tensor.to(0)`, `Module.to("npu")`, and
+  `torch.set_default_device("npu")`. The mode is torch's per-thread mode stack: it holds in the
+  thread that called patch_torch_npu() (the script's main thread under `python -m openfia run`);
+  another thread enters `npu_shim.NpuDeviceMode()` itself. It costs ~2 us per torch call.
 - `torchair` (the NPU graph-mode package): `get_npu_backend(compiler_config=...)` returns a
   torch.compile backend that compiles for the CPU (inductor; `OPENFIA_TORCHAIR_BACKEND` picks
   another, e.g. "eager"); `torchair.configs.compiler_config.CompilerConfig` accepts any nested
@@ -51,13 +59,94 @@ def _npu_namespace():
     ns.set_device = lambda device=None: None
     ns.synchronize = lambda device=None: None
     ns.empty_cache = lambda: None
-    ns.manual_seed = lambda seed: torch.manual_seed(seed)
-    ns.manual_seed_all = lambda seed: torch.manual_seed(seed)
+    # The CPU generator is the "device" generator. Not torch.manual_seed, which itself calls
+    # the privateuse1 backend's manual_seed_all once "npu" names it (see _seed_custom_device).
+    ns.manual_seed = lambda seed: torch.default_generator.manual_seed(int(seed))
+    ns.manual_seed_all = ns.manual_seed
+    ns._is_in_bad_fork = lambda: False
     return ns
 
 
+def _is_npu_device(d):
+    import torch
+
+    if isinstance(d, torch.device):
+        return d.type == "npu"
+    return isinstance(d, str) and (d == "npu" or d.startswith("npu:"))
+
+
+def _cpu_if_npu(d):
+    import torch
+
+    return torch.device("cpu") if _is_npu_device(d) else d
+
+
+def _make_mode_class():
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    to_funcs = (torch.Tensor.to,)
+
+    class NpuDeviceMode(TorchFunctionMode):
+        """Maps "npu" devices to the CPU in the torch calls made while it is entered: the
+        `device=` keyword of any torch function and the positional device of Tensor.to (a device,
+        a device string, or an accelerator index)."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if "device" in kwargs:
+                dev = kwargs["device"]
+                if _is_npu_device(dev) or (func in to_funcs and isinstance(dev, int)):
+                    kwargs = dict(kwargs, device=torch.device("cpu"))
+            if func in to_funcs and len(args) > 1:
+                a = args[1]
+                if _is_npu_device(a) or (isinstance(a, int) and not isinstance(a, bool)):
+                    args = (args[0], torch.device("cpu")) + tuple(args[2:])
+            return func(*args, **kwargs)
+
+    return NpuDeviceMode
+
+
+NpuDeviceMode = None  # the class, made on first use (torch is imported lazily)
+_device_mode = None  # the mode entered by install_device_mapping()
+
+
+def install_device_mapping():
+    """Makes "npu" a device name and maps it to the CPU (see the module's doc). Does nothing
+    where another package renamed torch's privateuse1 backend (a real device backend). Returns
+    whether the mapping is in effect; a second call enters no second mode."""
+    global NpuDeviceMode, _device_mode
+    import torch
+
+    if _device_mode is not None:
+        return True
+    name = torch._C._get_privateuse1_backend_name()
+    if name == "privateuseone":
+        torch.utils.rename_privateuse1_backend("npu")
+    elif name != "npu":
+        return False
+    if NpuDeviceMode is None:
+        NpuDeviceMode = _make_mode_class()
+    if not hasattr(torch.Tensor, "is_npu"):
+        # What torch expects of a renamed privateuse1 backend (torch.overrides reads it); the
+        # tensors are on the CPU, so False.
+        torch.Tensor.is_npu = property(lambda self: False, doc="openfia stand-in: False (CPU)")
+    set_default_device = torch.set_default_device
+
+    def _set_default_device(device):
+        return set_default_device(_cpu_if_npu(device))
+
+    _set_default_device.__doc__ = set_default_device.__doc__
+    _set_default_device.__openfia_stand_in__ = True
+    torch.set_default_device = _set_default_device
+    _device_mode = NpuDeviceMode()
+    _device_mode.__enter__()
+    return True
+
+
 def install_device_shims(torch_npu_module):
-    """Tensor.npu and torch.npu (also as torch_npu.npu), where torch_npu is openfia's stand-in."""
+    """Tensor.npu, torch.npu (also as torch_npu.npu) and the "npu" device mapping, where
+    torch_npu is openfia's stand-in."""
     import torch
 
     if not hasattr(torch.Tensor, "npu"):
@@ -67,6 +156,8 @@ def install_device_shims(torch_npu_module):
         sys.modules.setdefault("torch.npu", torch.npu)
     if not hasattr(torch_npu_module, "npu"):
         torch_npu_module.npu = torch.npu
+    if getattr(torch.npu, "__openfia_stand_in__", False):
+        install_device_mapping()
 
 
 class _Options:

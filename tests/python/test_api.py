@@ -402,6 +402,58 @@ def test_seed_examples_run_unchanged():
     assert single.strip() == graph.strip() and "torch.Size([1, 8, 164, 128])" in graph
 
 
+def test_npu_device_strings_map_to_cpu(tmp_path):
+    """Without a real torch_npu, "npu" device strings in a script mean the CPU: torch.device
+    parses them and tensors made or moved there land on the CPU (factories, Tensor.to in every
+    form, Module.to, set_default_device, under torch.compile too); seeding torch.npu seeds the
+    CPU generator without torch's "seed does not take effect" warning; another thread maps
+    inside NpuDeviceMode."""
+    code = (
+        "import threading, warnings, torch, openfia\n"
+        "openfia.patch_torch_npu()\n"
+        "openfia.patch_torch_npu()  # idempotent: one mode\n"
+        "import torch_npu, torchair\n"
+        "from openfia import npu_shim\n"
+        "d = torch.device('npu:0')\n"
+        "assert d.type == 'npu' and d.index == 0\n"
+        "x = torch.randn(4, 8, device='npu')\n"
+        "assert x.device.type == 'cpu' and not x.is_npu\n"
+        "assert x.to('npu:0').device.type == 'cpu' and x.to(d, torch.float16).dtype == torch.float16\n"
+        "assert x.to(device='npu').device.type == 'cpu' and x.to(0).device.type == 'cpu'\n"
+        "assert x.to(torch.float16).dtype == torch.float16 and x.to('npu', non_blocking=True) is x\n"
+        "assert torch.tensor([1.0], device=torch.device('npu', 1)).device.type == 'cpu'\n"
+        "assert torch.zeros_like(x, device='npu').device.type == 'cpu'\n"
+        "assert x.new_empty(3, device='npu:0').device.type == 'cpu'\n"
+        "assert torch.nn.Linear(8, 2).to('npu').weight.device.type == 'cpu'\n"
+        "torch.npu.manual_seed(3); a = torch.rand(2)\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    torch.manual_seed(3); b = torch.rand(2)\n"
+        "assert torch.equal(a, b) and not w, [str(m.message) for m in w]\n"
+        "torch.set_default_device('npu')\n"
+        "assert torch.ones(2).device.type == 'cpu'\n"
+        "torch.set_default_device('cpu')\n"
+        "f = torch.compile(lambda t: t.to('npu') * 2 + torch.ones(8, device='npu'),\n"
+        "                  fullgraph=True, backend=torchair.get_npu_backend())\n"
+        "assert torch.equal(f(x), x * 2 + 1)\n"
+        "q = torch.randn(1, 2, 1, 16, dtype=torch.float16, device='npu:0')\n"
+        "k = torch.randn(1, 2, 5, 16, dtype=torch.float16).to('npu')\n"
+        "out = torch_npu.npu_fused_infer_attention_score(q, k, k, num_heads=2,\n"
+        "                                                input_layout='BNSD')[0]\n"
+        "assert out.shape == (1, 2, 1, 16) and out.device.type == 'cpu'\n"
+        "seen = []\n"
+        "def work():\n"
+        "    with npu_shim.NpuDeviceMode():\n"
+        "        seen.append(torch.ones(1, device='npu').device.type)\n"
+        "t = threading.Thread(target=work); t.start(); t.join()\n"
+        "assert seen == ['cpu'], seen\n"
+        "print('mapped')\n")
+    path = tmp_path / "npu_devices.py"
+    path.write_text(code)
+    r = _run_openfia("run", str(path))
+    assert r.returncode == 0 and r.stdout.strip() == "mapped", r.stderr[-3000:]
+
+
 def test_npu_stand_ins_and_runner_usage(tmp_path):
     code = (
         "import sys, torch, openfia\n"
