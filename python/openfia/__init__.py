@@ -194,28 +194,30 @@ def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_
     """torch_npu.npu_fused_infer_attention_score on CPU tensors; returns
     (attention_out, softmax_lse). key/value may be lists of tensors (torch_npu's tensorlist:
     one [1, S_b, ...] tensor per batch). Goes through torch.ops.openfia so torch.compile traces
-    it as one op."""
+    it as one op (eager calls on plain CPU tensors skip the dispatcher: the same native call)."""
     import torch
 
-    from . import torch_ops
-
+    is_list = isinstance(key, (list, tuple)) or isinstance(value, (list, tuple))
+    if is_list:
+        key, value = list(key), list(value)
     query_padding_size = _as_tensor_arg(query_padding_size)
     kv_padding_size = _as_tensor_arg(kv_padding_size)
     actual_shared_prefix_len = _as_tensor_arg(actual_shared_prefix_len)
-    if actual_seq_lengths is not None and isinstance(actual_seq_lengths, torch.Tensor):
+    if not _traced(query, key[0] if is_list and key else key):
+        # Plain CPU tensors in eager mode: the native call itself, with every argument by name
+        # (locals(); the dispatcher's conversion of this 40-argument schema costs ~30 us, about
+        # as much as the rest of a short decode call).
+        return _fia_eager(query, key, value, locals())
+    if isinstance(actual_seq_lengths, torch.Tensor):
         actual_seq_lengths = actual_seq_lengths.tolist()
-    if actual_seq_lengths_kv is not None and isinstance(actual_seq_lengths_kv, torch.Tensor):
+    if isinstance(actual_seq_lengths_kv, torch.Tensor):
         actual_seq_lengths_kv = actual_seq_lengths_kv.tolist()
     if isinstance(actual_seq_lengths, int):
         actual_seq_lengths = [actual_seq_lengths]
     if isinstance(actual_seq_lengths_kv, int):
         actual_seq_lengths_kv = [actual_seq_lengths_kv]
     op = torch.ops.openfia.npu_fused_infer_attention_score
-    if isinstance(key, (list, tuple)) or isinstance(value, (list, tuple)):
-        op = op.tensorlist
-        key, value = list(key), list(value)
-    else:
-        op = op.default
+    op = op.tensorlist if is_list else op.default
     return op(query, key, value, pse_shift=pse_shift, atten_mask=atten_mask,
               actual_seq_lengths=actual_seq_lengths, actual_seq_lengths_kv=actual_seq_lengths_kv,
               dequant_scale1=dequant_scale1, quant_scale1=quant_scale1,
@@ -297,6 +299,7 @@ except ImportError:  # pragma: no cover - exercised only without torch
     pass
 else:
     from . import torch_ops  # noqa: F401,E402
+    from .sas import _traced  # noqa: E402  (npu_fused_infer_attention_score's eager test)
     from .kvqsfa import npu_kv_quant_sparse_flash_attention  # noqa: F401,E402
     from .sas import (npu_sparse_attn_sharedkv, npu_sparse_attn_sharedkv_metadata,  # noqa: E402
                       verify_sparse_attn_sharedkv_metadata)

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import openfia
 from cases import build_inputs, call_kwargs, tier_cases
@@ -67,6 +68,40 @@ def test_torch_ops_call_equals_function():
     a = fia(q, k, v, **kw)
     b = torch.ops.openfia.npu_fused_infer_attention_score(q, k, v, **kw)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+class _RecordOps(TorchDispatchMode):
+    """Records the name of every operator dispatched while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_dispatch_modes_see_the_op_eager_calls_skip_it():
+    """Eager calls on plain CPU tensors go to the native call directly (the dispatcher's
+    argument conversion costs about as much as a short decode); a TorchDispatchMode, meta
+    tensors and key lists still get the registered op, with the same result."""
+    q, k, v, kw = _small()
+    eager = fia(q, k, v, actual_seq_lengths_kv=torch.tensor([9, 4]), softmax_lse_flag=True, **kw)
+    for key, value, name in ((k, v, "default"), ([k[:1], k[1:]], [v[:1], v[1:]], "tensorlist")):
+        rec = _RecordOps()
+        with rec:
+            got = fia(q, key, value, actual_seq_lengths_kv=torch.tensor([9, 4]),
+                      softmax_lse_flag=True, **kw)
+        assert f"openfia.npu_fused_infer_attention_score.{name}" in rec.seen, rec.seen
+        assert torch.equal(got[0], eager[0]) and torch.equal(got[1], eager[1])
+    qg = q.clone().requires_grad_()
+    got = fia(qg, [k[:1], k[1:]], [v[:1], v[1:]], actual_seq_lengths_kv=[9, 4],
+              softmax_lse_flag=True, **kw)
+    assert torch.equal(got[0], eager[0]) and torch.equal(got[1], eager[1])
+    meta = fia(q.to("meta"), k.to("meta"), v.to("meta"), softmax_lse_flag=True, **kw)
+    assert meta[0].device.type == "meta" and meta[0].shape == eager[0].shape
+    assert meta[1].shape == eager[1].shape
 
 
 def test_torch_compile_fullgraph_matches_eager():

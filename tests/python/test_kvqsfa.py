@@ -226,6 +226,31 @@ def test_torch_compile_matches_eager():
     assert torch.equal(f(query, key, sparse), eager)
 
 
+def test_dispatch_mode_sees_the_op():
+    """Eager CPU calls skip the dispatcher; under a TorchDispatchMode the registered op runs
+    (the mode sees it), with the same result."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(3)
+    query = torch.randn(1, 2, 2, 576, generator=gen).bfloat16()
+    key = make_rows(20, "int8", torch.bfloat16, gen).reshape(1, 20, 1, 656)
+    sparse = torch.randint(0, 20, (1, 2, 1, 5), generator=gen, dtype=torch.int32)
+    eager = openfia.npu_kv_quant_sparse_flash_attention(query, key, key, sparse, 0.04, 2, 2,
+                                                        attention_mode=2)
+    with Record() as rec:
+        got = openfia.npu_kv_quant_sparse_flash_attention(query, key, key, sparse, 0.04, 2, 2,
+                                                          attention_mode=2)
+    assert "openfia.npu_kv_quant_sparse_flash_attention.default" in rec.seen, rec.seen
+    assert torch.equal(got, eager)
+
+
 # ---- signature and errors ----------------------------------------------------------------------
 
 def test_signature_is_torch_npus():
