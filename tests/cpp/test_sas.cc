@@ -207,7 +207,7 @@ TEST_P(SasTest, BitwiseIdenticalForAnyMetadataWorkersAndThreads) {
 }
 
 TEST_P(SasTest, BusyStatsHookTimesEveryPlannedWorkerAndChangesNothing) {
-  // B = 1 decode split over 3 workers (128 + 700 keys: three chunks of at most 5 tiles): one
+  // B = 1 decode split over 3 workers (128 + 700 keys: four chunks of 3, 3, 3 and 4 tiles): one
   // busy time per compute record, the merge timed, the same bytes as the untimed call; on the
   // reference no engine timing.
   SasFixture f;

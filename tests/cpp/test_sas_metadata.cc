@@ -199,8 +199,8 @@ TEST(SasVerify, RejectsEveryCorruption) {
 
 TEST(SasPlan, SmallBatchDecodeSplitsS2OnAFixedGrid) {
   // V3: B = 1 decode, SCFA 512 of 2048 compressed entries + the 128-token window = 640 keys =
-  // 10 tiles: two chunks of 5 tiles (no chunk under kSasMinChunkTiles = 4 tiles), whatever the
-  // worker count; the merge of the 64 rows in 4 reduce records.
+  // 10 tiles: at most 3 chunks of kSasMinChunkTiles = 3 tiles, so two (a power of two) of 5
+  // tiles, whatever the worker count; the merge of the 64 rows in 4 reduce records.
   SasConfig c;
   c.batch = 1, c.n1 = 64, c.d = 512, c.has_cmp = true, c.cmp_ratio = 4, c.cmp_topk = 512;
   c.q_len = {1}, c.kv_len = {8192};
@@ -242,19 +242,45 @@ TEST(SasPlan, SmallBatchDecodeSplitsS2OnAFixedGrid) {
   bad = w;
   bad[kS2End] = 0;  // an empty record
   ExpectRejected(c, bad, "at least one piece");
-  // A longer list: 128 + 2048 keys = 34 tiles -> 8 chunks wanted (34 / 4), 7 of 5 tiles.
+  // A longer list: 128 + 2048 keys = 34 tiles -> at most 11 chunks of 3 tiles, so 8 (a power
+  // of two): 7 of 4 tiles and the last one the rest, 6 tiles.
   c.cmp_topk = 2048, c.kv_len = {16384};
   const SasUnits v = SasWorkUnits(c);
-  EXPECT_EQ(v.chunk_keys[0], 320);
-  EXPECT_EQ(v.chunks[0], 7);
+  EXPECT_EQ(v.chunk_keys[0], 256);
+  EXPECT_EQ(v.chunks[0], 8);
+  {
+    // The pieces' costs follow the chunks' keys: seven equal ones, the last one larger (6
+    // tiles against 4).
+    const std::vector<int64_t> cost = SasPieceCosts(c, v);
+    ASSERT_EQ(cost.size(), 8u);
+    for (int i = 1; i < 7; ++i) EXPECT_EQ(cost[i], cost[0]) << i;
+    EXPECT_GT(cost[7], cost[0]);
+  }
   const std::vector<int32_t> w2 = PlanSas(c, 2);
   ASSERT_EQ(VerifySasPlan(c, w2.data()).size(), 2u);
   bad = w2;
   bad[kS2End] -= 1;  // the last piece of worker 0 covered by nobody
   ExpectRejected(c, bad, "not covered");
-  // A list shorter than 2 x kSasMinChunkTiles tiles is not split.
-  c.cmp_topk = 256, c.kv_len = {8192};
+  // A list shorter than 2 x kSasMinChunkTiles tiles is not split: 128 + 192 keys = 5 tiles.
+  c.cmp_topk = 192, c.kv_len = {8192};
   EXPECT_EQ(SasWorkUnits(c).pieces(), 1);
+  // 128 + 256 keys = 6 tiles (a short context's decode): two chunks of 3 tiles, one per worker
+  // of two.
+  c.cmp_topk = 256;
+  const SasUnits six = SasWorkUnits(c);
+  EXPECT_EQ(six.chunks[0], 2);
+  EXPECT_EQ(six.chunk_keys[0], 192);
+  {
+    const std::vector<int32_t> w6 = PlanSas(c, 2);
+    const std::vector<SasWorkerRange> r6 = VerifySasPlan(c, w6.data());
+    ASSERT_EQ(r6.size(), 2u);
+    for (const SasWorkerRange& x : r6) EXPECT_EQ(x.piece_end - x.piece_begin, 1);
+  }
+  // 128 + 700 keys = 13 tiles: at most 4 chunks of 3 tiles -> 4, the last one 4 tiles.
+  c.cmp_topk = 700;
+  const SasUnits thirteen = SasWorkUnits(c);
+  EXPECT_EQ(thirteen.chunks[0], 4);
+  EXPECT_EQ(thirteen.chunk_keys[0], 192);
   // A batch of 4 units is not split (kSasSplitBelowUnits).
   c.batch = 4, c.q_len.assign(4, 1), c.kv_len.assign(4, 8192);
   EXPECT_EQ(SasWorkUnits(c).pieces(), 4);

@@ -107,11 +107,14 @@ SasUnits SasWorkUnits(const SasConfig& c) {
       for (int64_t i = t0; i < t1; ++i) cap[x] = std::max(cap[x], KeysOfRow(c, s2 - s1 + i, s2));
     }
   }
-  // The S2 grid: with few units (decode with a small batch) each unit's lists are cut into about
-  // kSasSplitTarget / units chunks of whole tiles, so that up to 36 workers find work, but no
-  // chunk shorter than kSasMinChunkTiles tiles; otherwise no split (the merge costs more than
-  // idle workers would). Configuration only, never the worker count: that is what makes the
-  // result independent of the plan.
+  // The S2 grid: with few units (decode with a small batch) each unit's lists are cut into
+  // chunks of whole tiles, so that up to 32 workers find work: n = the largest power of two at
+  // most kSasSplitTarget / units and tiles / kSasMinChunkTiles, n - 1 chunks of floor(tiles / n)
+  // tiles and the last one the rest (at most n - 1 tiles longer). Powers of two give every
+  // power-of-two worker count equal shares (10 tiles: 5 + 5, not 4 + 4 + 2, which leaves one of
+  // two workers 6 tiles); otherwise no split (the merge costs more than idle workers would).
+  // Configuration only, never the worker count: that is what makes the result independent of
+  // the plan.
   const int64_t want = units < kSasSplitBelowUnits
                            ? (kSasSplitTarget + units - 1) / std::max<int64_t>(units, 1)
                            : 1;
@@ -122,10 +125,11 @@ SasUnits SasWorkUnits(const SasConfig& c) {
   u.slot_row0.assign(units, -1);
   for (int64_t x = 0; x < units; ++x) {
     const int64_t tiles = std::max<int64_t>(1, (cap[x] + kSasTileKeys - 1) / kSasTileKeys);
-    const int64_t n = std::min(want, std::max<int64_t>(1, tiles / kSasMinChunkTiles));
-    const int64_t per = (tiles + n - 1) / n;
-    u.chunk_keys[x] = per * kSasTileKeys;
-    u.chunks[x] = (tiles + per - 1) / per;
+    const int64_t most = std::min(want, std::max<int64_t>(1, tiles / kSasMinChunkTiles));
+    int64_t n = 1;
+    while (n * 2 <= most) n *= 2;
+    u.chunk_keys[x] = tiles / n * kSasTileKeys;  // the last chunk takes the rest
+    u.chunks[x] = n;
     u.piece_begin[x + 1] = u.piece_begin[x] + u.chunks[x];
     const bool split = u.chunks[x] > 1;
     u.slot_begin[x + 1] = u.slot_begin[x] + (split ? u.chunks[x] : 0);

@@ -68,17 +68,20 @@ enum SasSnapshotWord : int64_t {
   kSnapTotalQ, kSnapLenHashLo, kSnapLenHashHi, kSnapPieces, kSnapSlots, kSnapCount
 };
 inline constexpr int32_t kSasMagic = 0x4F465341;  // "OFSA"
-inline constexpr int32_t kSasSnapshotVersion = 2;  // 2: S2 chunk grid and reduce records
+inline constexpr int32_t kSasSnapshotVersion = 3;  // 2: S2 chunk grid and reduce records;
+                                                   // 3: power-of-two chunk counts
 
 // Key-list positions per S2 tile of the engine: chunk boundaries are multiples of it.
 inline constexpr int64_t kSasTileKeys = 64;
 // Units (M blocks) below which the S2 axis is split, and the number of pieces then aimed at.
 inline constexpr int64_t kSasSplitBelowUnits = 4;
 inline constexpr int64_t kSasSplitTarget = kSasMaxWorkers;
-// Fewest tiles of a split chunk (one 256-key softmax step of the AMX kernel): a chunk pays
-// its engine item, its partial-state write and its share of the merge (~35 us for 64 rows of
-// 512 channels) whatever its length, about a quarter of the attention of 256 keys.
-inline constexpr int64_t kSasMinChunkTiles = 4;
+// Fewest tiles of a split chunk. A chunk pays its engine item, its partial-state write and its
+// share of the merge whatever its length: ~35 us for 64 rows of 512 channels on the AMX engine
+// (0.4x the attention of 192 keys there), ~20 us on the AVX2 engine (0.06x; session 20's
+// cost-model run). 3 splits the 384-key lists of a short DeepSeek-V4 context (128 window + 256
+// compressed entries) over two workers; 4 (sessions 5-19) left one worker idle.
+inline constexpr int64_t kSasMinChunkTiles = 3;
 // Rows per reduce record (at most; fewer records when 72 would not suffice).
 inline constexpr int64_t kSasReduceRows = 16;
 
