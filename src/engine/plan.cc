@@ -72,6 +72,10 @@ Plan MakePlan(const Problem& p) {
   }
   for (int64_t b = 0; b < p.batch && p.key_offset.empty(); ++b) {
     const int64_t nq = p.q_len[b], kvt = p.kv_total(b);
+    // SEMANTICS 1.12: with post-quantization a prompt (Q_S > 1) batch without any key outputs
+    // int8 0 ("PFA输出0"), not the quantized zero sat(round(qo2)) that rows without a visible key
+    // get elsewhere: no item, so the pre-filled 0 and lse +inf stay (as the reference).
+    if (kvt == 0 && !p.quant_scale2.empty() && !p.incremental) continue;
     const int64_t pre = p.band_pre.empty() ? Problem::kNoBand : p.band_pre[b];
     const int64_t next = p.band_next.empty() ? Problem::kNoBand : p.band_next[b];
     // Decode (few rows per KV head): one item covers kv_heads KV heads, so a tile reads whole

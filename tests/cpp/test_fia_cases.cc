@@ -19,6 +19,8 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -357,7 +359,145 @@ std::string CaseName(const ::testing::TestParamInfo<CaseSpec>& info) {
   return n;
 }
 
+// ---- random combinations -------------------------------------------------------------------
+// The list names each feature's cases; combinations nobody wrote down get the same checks here:
+// case lines drawn at random from every key of the list's format (tests/cases/README.md), kept
+// when the call is valid (FiaCase builds it and computes its output spec; invalid combinations
+// are what test_fia_robust.cc checks). OPENFIA_RANDOM_CASES (default 48) sets how many,
+// OPENFIA_RANDOM_SEED (default 1) which: a failing case prints its line, which reproduces it in
+// fia_cases.txt.
+
+int64_t EnvInt(const char* name, int64_t def) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoll(v) : def;
+}
+
+CaseSpec RandomCaseSpec(std::mt19937_64& rng, int64_t index) {
+  auto pick = [&](int64_t lo, int64_t hi) {  // uniform in [lo, hi]
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  auto chance = [&](double p) { return static_cast<double>(rng() % 1000000) < p * 1e6; };
+  auto one_of = [&](std::initializer_list<const char*> xs) {
+    return std::string(xs.begin()[pick(0, static_cast<int64_t>(xs.size()) - 1)]);
+  };
+  auto list = [&](int64_t n, int64_t hi) {
+    std::string r;
+    for (int64_t i = 0; i < n; ++i) r += (i ? "," : "") + std::to_string(pick(0, hi));
+    return r;
+  };
+  CaseSpec c;
+  c.tier = "random";
+  c.name = "random_" + std::to_string(index);
+  auto& k = c.keys;
+  const std::string layout = one_of({"BSH", "BSND", "BNSD", "BNSD_BSND", "TND"});
+  k["layout"] = layout;
+  k["dtype"] = one_of({"bf16", "bf16", "f16", "f32"});
+  const int64_t B = pick(1, 3), KVN = pick(1, 3), G = std::stoll(one_of({"1", "2", "4", "5"}));
+  const bool mla = chance(0.06);
+  const int64_t N = mla ? 32 : KVN * G;
+  const bool decode = chance(0.4);
+  const int64_t S = decode ? 1 : pick(2, 9), KVS = chance(0.05) ? 0 : pick(1, 48);
+  k["B"] = std::to_string(B), k["N"] = std::to_string(N), k["KVN"] = mla ? "1" : std::to_string(KVN);
+  k["S"] = std::to_string(S), k["KVS"] = std::to_string(KVS);
+  if (mla) {
+    k["D"] = "512", k["rope"] = "1";
+  } else {
+    k["D"] = one_of({"8", "16", "32", "64"});
+    if (chance(0.1)) k["DV"] = one_of({"16", "32"});
+  }
+  if (layout == "TND" || chance(0.4)) k["act_q"] = list(chance(0.2) ? 1 : B, S);
+  if (layout == "TND" || chance(0.5)) k["act_kv"] = list(chance(0.2) ? 1 : B, KVS);
+  if (chance(0.05)) k["qpad"] = std::to_string(pick(0, 2));
+  if (chance(0.05)) k["kvpad"] = std::to_string(pick(0, 2));
+  const int64_t sparse = decode ? 0 : one_of({"0", "0", "1", "2", "3", "4"})[0] - '0';
+  if (sparse) k["sparse"] = std::to_string(sparse);
+  if (sparse == 0 || sparse == 1) {
+    const std::string mask = decode ? one_of({"none", "none", "bkv"})
+                                    : one_of({"none", "full", "full4", "full2"});
+    if (mask != "none") k["mask"] = mask, k["mdtype"] = one_of({"bool", "int8", "uint8"});
+  }
+  if (sparse == 4 || (sparse == 0 && k.count("mask") && chance(0.5))) {
+    k["pre"] = std::to_string(pick(-2, 8));
+    k["next"] = std::to_string(pick(-2, 8));
+  }
+  if (chance(0.25)) {
+    k["page"] = one_of({"16", "32"});
+    k["cache"] = one_of({"3d", "4d", "nz"});
+  }
+  if (!mla && chance(0.25)) {
+    k["kv"] = one_of({"int8", "int8", "int4"});
+    if (chance(0.1)) {
+      k["legacy"] = one_of({"pc", "pt", "tok"});
+    } else {
+      k["kmode"] = one_of({"0", "0t", "1", "2", "3", "4", "5"});
+      if (chance(0.3)) k["vmode"] = one_of({"0", "1"});
+    }
+    if (chance(0.3)) k["aoff"] = "0";
+  } else if (!mla && chance(0.05)) {
+    k["fullquant"] = "1";
+  }
+  if (chance(0.1)) k["prefix"] = std::to_string(pick(1, 6));
+  if (k.count("prefix") && chance(0.5)) k["pact"] = std::to_string(pick(0, std::stoi(k["prefix"])));
+  if (chance(0.1)) k["pse"] = one_of({"1", "b1"});
+  if (chance(0.1)) k["list"] = "1";
+  if (chance(0.1)) k["outq"] = one_of({"pt", "pc"});
+  if (k.count("outq") && chance(0.3)) k["qo2"] = "0";
+  if (chance(0.1)) k["ip"] = std::to_string(pick(0, 3));
+  if (chance(0.3)) k["lse"] = "1";
+  k["seed"] = std::to_string(index);
+  return c;
+}
+
+struct RandomList {
+  std::vector<CaseSpec> cases;
+  int64_t tried = 0;
+};
+
+const RandomList& RandomCases() {
+  static const RandomList list = [] {
+    RandomList r;
+    const int64_t want = EnvInt("OPENFIA_RANDOM_CASES", 48);
+    std::mt19937_64 rng(static_cast<uint64_t>(EnvInt("OPENFIA_RANDOM_SEED", 1)) * 0x9E3779B97F4A7C15ull);
+    while (static_cast<int64_t>(r.cases.size()) < want && r.tried < 400 * want) {
+      CaseSpec c = RandomCaseSpec(rng, r.tried++);
+      try {
+        FiaCase built(c);  // throws for a combination the builder or the operator rejects
+      } catch (const std::exception&) {
+        continue;
+      }
+      r.cases.push_back(std::move(c));
+    }
+    return r;
+  }();
+  return list;
+}
+
+TEST(FiaCaseList, RandomCasesAreFound) {
+  // The generator must keep producing valid calls (a builder or validation change that rejects
+  // them all would otherwise leave the random suite empty), and a varied mix of them.
+  const RandomList& r = RandomCases();
+  const int64_t want = EnvInt("OPENFIA_RANDOM_CASES", 48);
+  ASSERT_EQ(static_cast<int64_t>(r.cases.size()), want) << "after " << r.tried << " tries";
+  if (want < 32) return;
+  std::set<std::string> layouts;
+  int64_t decode = 0, paged = 0, quant = 0;
+  for (const CaseSpec& c : r.cases) {
+    layouts.insert(c.Str("layout", ""));
+    decode += c.Int("S", 1) == 1;
+    paged += c.Has("page");
+    quant += c.Has("kv") || c.Has("fullquant");
+  }
+  EXPECT_EQ(layouts.size(), 5u);
+  EXPECT_GT(decode, 0);
+  EXPECT_GT(paged, 0);
+  EXPECT_GT(quant, 0);
+  std::printf("random cases: %zu kept of %lld drawn (%lld decode, %lld paged, %lld quantized)\n",
+              r.cases.size(), static_cast<long long>(r.tried), static_cast<long long>(decode),
+              static_cast<long long>(paged), static_cast<long long>(quant));
+}
+
 INSTANTIATE_TEST_SUITE_P(List, FiaCases, ::testing::ValuesIn(Cases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Random, FiaCases, ::testing::ValuesIn(RandomCases().cases), CaseName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FiaCases);
 
 }  // namespace

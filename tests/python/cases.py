@@ -160,12 +160,23 @@ def build_inputs(case):
     kvpad = int(c.p["kvpad"]) if c.p["kvpad"] else None
     if page and act_kv is None:
         act_kv = [KVS] * B
-    aq = _broadcast_lengths(act_q, B, S)
+    # Q_S == 1 (the incremental branch) ignores actual_seq_lengths (SEMANTICS.md 1.1; TND keeps
+    # them: they give T): every query row is valid, whatever the case passes to the operator.
+    q_lengths_apply = act_q is not None and (S != 1 or layout == "TND")
+    aq = _broadcast_lengths(act_q if q_lengths_apply else None, B, S)
     akv = _broadcast_lengths(act_kv, B, KVS)
     # Valid tensor rows of each batch (left padding shifts the window to the right end).
-    q_begin = [S - qpad - aq[b] if qpad is not None and act_q is not None else 0 for b in range(B)]
-    kv_begin = [KVS - kvpad - akv[b] if kvpad is not None and act_kv is not None else 0
+    q_begin = [S - qpad - aq[b] if qpad is not None and q_lengths_apply else 0 for b in range(B)]
+    # KV rows of batch b's tensor: KVS, or S_b for a tensor list (see below).
+    kv_rows = [min(KVS, akv[b] + b % 2) if use_list else KVS for b in range(B)]
+    kv_begin = [kv_rows[b] - kvpad - akv[b] if kvpad is not None and act_kv is not None else 0
                 for b in range(B)]
+    gkv = list(akv)  # valid KV rows (akv: the lengths the operator is given)
+    for b in range(B):
+        # Q_S == 1: a window starting before the tensor makes the batch attend nothing
+        # (SEMANTICS 1.6); Q_S > 1 rejects it.
+        if kv_begin[b] < 0 and S == 1 and layout != "TND":
+            kv_begin[b], gkv[b] = 0, 0
 
     # ---- query ----
     if fullquant:
@@ -198,7 +209,7 @@ def build_inputs(case):
                     continue
                 bad = float("nan") if t.is_floating_point() else (7 if kvq == "int4" else 127)
                 t[b, :, :kv_begin[b]] = bad
-                t[b, :, kv_begin[b] + akv[b]:] = bad
+                t[b, :, kv_begin[b] + gkv[b]:] = bad
 
     def store(x):  # logical int8 nibbles -> int32 words for int4
         return pack_int4(x) if kvq == "int4" else x
@@ -254,7 +265,7 @@ def build_inputs(case):
     elif use_list:
         # One [1, S_b, ...] tensor per batch; S_b = act_kv[b] + (b % 2) (a poisoned tail row),
         # in every layout (BNSD: a different head stride per tensor).
-        sb = [min(KVS, akv[b] + b % 2) for b in range(B)]
+        sb = kv_rows
         args["key"] = [store(bnsd_to_layout(k[b:b + 1, :, :sb[b]], layout)) for b in range(B)]
         args["value"] = [store(bnsd_to_layout(v[b:b + 1, :, :sb[b]], layout)) for b in range(B)]
     else:

@@ -218,6 +218,9 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
     kvpad = (max(int(kv_padding_size.reshape(-1)[0]), 0)
              if kv_padding_size is not None and actual_seq_lengths_kv is not None else None)
     kv_begin = [K.seq_len(b) - kvpad - akv[b] if kvpad is not None else 0 for b in range(batch)]
+    for b in range(batch):
+        if incremental and kv_begin[b] < 0:  # the window starts before the tensor: no key
+            kv_begin[b], akv[b] = 0, 0
 
     # Antiquant parameters: the separate K/V ones win over the legacy joint ones.
     if key_antiquant_scale is not None:
@@ -239,7 +242,7 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
 
     mask3 = _mask3(atten_mask, batch, q_s) if atten_mask is not None else None
     dv = None
-    outs, lses, obounds, lbounds = [], [], [], []
+    outs, lses, obounds, lbounds, quant_zero = [], [], [], [], []
     for b in range(batch):
         s1 = aq[b]
         kraw, tok, blk, row = K.gather(b, kv_begin[b], akv[b], kv_start[b])
@@ -331,6 +334,9 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
             # m and every E see the float19 truncation (2^-10) and two fp16 roundings (2^-11 each)
             lb = lb + 2.0 ** -9 * sabs
         outs.append(o)
+        # SEMANTICS 1.12: with post-quantization a prompt batch without any key is int8 0 (the
+        # quantized zero sat(round(qo2)) is for rows without a visible key elsewhere).
+        quant_zero.append(quant_scale2 is not None and s2 == 0 and not incremental)
         lses.append(lse)
         obounds.append(ob)
         lbounds.append(lb)
@@ -341,10 +347,12 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
         t_total = query.shape[0]
         out = torch.zeros(t_total, n, dv, dtype=F64)
         bound = torch.zeros_like(out)
+        written = torch.zeros(t_total, n, dv, dtype=torch.bool)  # rows the operator computes
         lse_t = torch.full((t_total, n, 1), INF, dtype=F64)
         lbound = torch.zeros_like(lse_t)
         for b in range(batch):
             sl = slice(q_start[b], q_start[b] + aq[b])
+            written[sl] = not quant_zero[b]
             out[sl] = outs[b].permute(1, 0, 2)
             bound[sl] = obounds[b].permute(1, 0, 2)
             lse_t[sl, :, 0] = lses[b].permute(1, 0)
@@ -352,18 +360,24 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
     else:
         o4 = torch.zeros(batch, n, q_s, dv, dtype=F64)
         b4 = torch.zeros_like(o4)
+        w4 = torch.zeros(batch, n, q_s, dv, dtype=torch.bool)  # rows the operator computes
         lse_t = torch.full((batch, n, q_s, 1), INF, dtype=F64)
         lbound = torch.zeros_like(lse_t)
         for b in range(batch):
             sl = slice(q_begin[b], q_begin[b] + aq[b])
+            w4[b, :, sl] = not quant_zero[b]
             o4[b, :, sl] = outs[b]
             b4[b, :, sl] = obounds[b]
             lse_t[b, :, sl, 0] = lses[b]
             lbound[b, :, sl, 0] = lbounds[b]
         out = _from_bnsd(o4, layout)
         bound = _from_bnsd(b4, layout)
+        written = _from_bnsd(w4, layout)
     if quant_scale2 is not None:
         out, bound = _post_quant(out, bound, quant_scale2, quant_offset2, layout, n, dv)
+        # Rows outside the valid query windows and prompt batches without keys stay int8 0.
+        out = torch.where(written, out, torch.zeros((), dtype=F64))
+        bound = torch.where(written, bound, torch.zeros((), dtype=F64))
     else:
         # Output rounding of the implementation (half-ulp of the output dtype), see tolerance.
         bound = bound + UNIT_ROUNDOFF[out_dtype] * out.abs()

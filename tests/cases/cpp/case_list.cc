@@ -312,25 +312,37 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
       for (int64_t b = 0; b < B; ++b) r[b] = l.size() == 1 ? l[0] : l.at(b);
     return r;
   };
-  const std::vector<int64_t> aq = broadcast(act_q, has_act_q, S);
+  // Q_S == 1 (the incremental branch) ignores actual_seq_lengths (SEMANTICS.md 1.1; TND keeps
+  // them: they give T): every query row is valid, whatever the case passes to the operator.
+  const bool q_lengths_apply = has_act_q && (S != 1 || layout == "TND");
+  const std::vector<int64_t> aq = broadcast(act_q, q_lengths_apply, S);
   const std::vector<int64_t> akv = broadcast(act_kv, has_act_kv, KVS);
   const bool has_qpad = c.Has("qpad"), has_kvpad = c.Has("kvpad");
   const int64_t qpad = c.Int("qpad", 0), kvpad = c.Int("kvpad", 0);
+  // KV rows of batch b's tensor: KVS, or S_b for a tensor list (one poisoned tail row on odd
+  // batches).
+  auto kv_rows = [&](int64_t b) { return use_list ? std::min(KVS, akv[b] + b % 2) : KVS; };
   std::vector<int64_t> q_begin(B, 0), kv_begin(B, 0);
+  std::vector<int64_t> gkv = akv;  // valid KV rows (akv: the lengths the operator is given)
   for (int64_t b = 0; b < B; ++b) {
-    if (has_qpad && has_act_q) q_begin[b] = S - qpad - aq[b];
-    if (has_kvpad && has_act_kv) kv_begin[b] = KVS - kvpad - akv[b];
+    if (has_qpad && q_lengths_apply) q_begin[b] = S - qpad - aq[b];
+    if (has_kvpad && has_act_kv) {
+      kv_begin[b] = kv_rows(b) - kvpad - akv[b];
+      // Q_S == 1: a window starting before the tensor makes the batch attend nothing (SEMANTICS
+      // 1.6, "返回数据结果为全0"); Q_S > 1 rejects it.
+      if (kv_begin[b] < 0 && S == 1 && layout != "TND") kv_begin[b] = 0, gkv[b] = 0;
+    }
   }
   g.q_begin = q_begin;
   g.q_len = aq;
-  g.kv_len = akv;
+  g.kv_len = gkv;
   g.q_row0.assign(B, 0);
   if (layout == "TND")
     for (int64_t b = 1; b < B; ++b) g.q_row0[b] = g.q_row0[b - 1] + aq[b - 1];
 
   auto q_valid = [&](int64_t b, int64_t s) { return s >= q_begin[b] && s < q_begin[b] + aq[b]; };
   auto kv_valid = [&](int64_t b, int64_t s) {
-    return s >= kv_begin[b] && s < kv_begin[b] + akv[b];
+    return s >= kv_begin[b] && s < kv_begin[b] + gkv[b];
   };
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double kv_bad = !poison ? 0.0 : (g.float_kv ? nan : (int4 ? 7.0 : 127.0));
@@ -496,7 +508,7 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     // One [1, S_b, ...] tensor per batch with one poisoned tail row on odd batches (BNSD too:
     // there the head stride S_b * D differs per tensor).
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t sb = std::min(KVS, akv[b] + b % 2);
+      const int64_t sb = kv_rows(b);
       auto slice = [&](const Logical& x) {
         Logical y(1, x.H, sb, x.D);
         for (int64_t h = 0; h < x.H; ++h)
@@ -694,7 +706,7 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
   if (rope)
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < KVN; ++h)
-        for (int64_t s = kv_begin[b]; s < kv_begin[b] + akv[b]; ++s)
+        for (int64_t s = kv_begin[b]; s < kv_begin[b] + gkv[b]; ++s)
           for (int64_t d = 0; d < RD; ++d)
             g.k_absmax = std::max(g.k_absmax, std::fabs(kr.at(b, h, s, d)));
 
@@ -763,7 +775,7 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     v_log_.assign(B * KVN * k_rows_ * DV, 0);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < KVN; ++h)
-        for (int64_t j = 0; j < g.prefix_len + akv[b]; ++j) {
+        for (int64_t j = 0; j < g.prefix_len + gkv[b]; ++j) {
           double* dst = &k_log_[((b * KVN + h) * k_rows_ + j) * dqk];
           double* vdst = &v_log_[((b * KVN + h) * k_rows_ + j) * DV];
           if (j < g.prefix_len) {
