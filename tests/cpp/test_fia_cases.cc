@@ -396,13 +396,15 @@ CaseSpec RandomCaseSpec(std::mt19937_64& rng, int64_t index) {
   const bool mla = chance(0.06);
   const int64_t N = mla ? 32 : KVN * G;
   const bool decode = chance(0.4);
-  const int64_t S = decode ? 1 : pick(2, 9), KVS = chance(0.05) ? 0 : pick(1, 48);
+  // Lengths past one 64-key tile (and the decode kernels' blocks) and a few long query tiles.
+  const int64_t S = decode ? 1 : chance(0.2) ? pick(10, 80) : pick(2, 9);
+  const int64_t KVS = chance(0.05) ? 0 : chance(0.35) ? pick(49, 300) : pick(1, 48);
   k["B"] = std::to_string(B), k["N"] = std::to_string(N), k["KVN"] = mla ? "1" : std::to_string(KVN);
   k["S"] = std::to_string(S), k["KVS"] = std::to_string(KVS);
   if (mla) {
     k["D"] = "512", k["rope"] = "1";
   } else {
-    k["D"] = one_of({"8", "16", "32", "64"});
+    k["D"] = one_of({"8", "16", "32", "64", "128"});
     if (chance(0.1)) k["DV"] = one_of({"16", "32"});
   }
   if (layout == "TND" || chance(0.4)) k["act_q"] = list(chance(0.2) ? 1 : B, S);
@@ -421,7 +423,7 @@ CaseSpec RandomCaseSpec(std::mt19937_64& rng, int64_t index) {
     k["next"] = std::to_string(pick(-2, 8));
   }
   if (chance(0.25)) {
-    k["page"] = one_of({"16", "32"});
+    k["page"] = one_of({"16", "32", "128"});
     k["cache"] = one_of({"3d", "4d", "nz"});
   }
   if (!mla && chance(0.25)) {
