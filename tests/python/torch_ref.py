@@ -126,7 +126,7 @@ class _Kv:
 def _dequant(raw, dt, scale, offset, mode, b, tok, blk, row, kvn, which, legacy):
     """(x + offset) * scale in float64, rounded to the query dtype. `which` 0 = K, 1 = V."""
     x = raw.to(F64)  # [KVN, L, D]
-    if scale is None:
+    if scale is None or x.numel() == 0:
         return x
     s = scale.to(F64)
     o = offset.to(F64) if offset is not None else None
@@ -188,6 +188,7 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
         qrb = ([query_rope[q_start[b]:q_start[b] + aq[b]].permute(1, 0, 2) for b in range(batch)]
                if query_rope is not None else None)
         q_begin = [0] * batch
+        qpad = None
         incremental = False
     else:
         q4 = to_bnsd(query, layout, n)
@@ -269,7 +270,8 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
         visible = torch.ones(s1, s2, dtype=torch.bool)
         user_mask_applies = mask3 is not None and (incremental or sparse_mode in (0, 1))
         if not incremental:
-            if sparse_mode == 0 and atten_mask is not None:
+            # Mode 0 with left padding forces pre = next = INT_MAX (SEMANTICS 1.3).
+            if sparse_mode == 0 and atten_mask is not None and qpad is None and kvpad is None:
                 visible &= (j <= i + next_tokens) & (j >= i - pre_tokens)
             elif sparse_mode == 2:
                 visible &= j <= i
@@ -295,7 +297,9 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
         any_visible = visible.any(-1)  # [s1]
 
         # ---- attention ----
-        if full_quant:
+        if full_quant and s2 == 0:
+            o, bound_fq = torch.zeros(n, s1, dv, dtype=F64), torch.zeros(n, s1, dv, dtype=F64)
+        elif full_quant:
             o, bound_fq = _full_quant_attention(scores + addmask, vb, n // kvn, quant_scale1,
                                                 dequant_scale2)
         else:
