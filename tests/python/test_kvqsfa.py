@@ -4,6 +4,8 @@ dequantized from their raw bytes, and attended with scaled_dot_product_attention
 from __future__ import annotations
 
 import inspect
+import os
+import random
 import math
 
 import pytest
@@ -363,3 +365,93 @@ def test_hifloat8_codes_roundtrip_and_rounding():
     enc = K.hifloat8_encode(torch.tensor([40960.0, 40959.0, float("inf"), float("nan"), -1e-30]))
     assert enc.tolist() == [0x6F, 0x6E, 0x6F, 0x80, 0x00]
     assert K.hifloat8_encode(torch.tensor([1e9, -1e9]), saturate=True).tolist() == [0x6E, 0xEE]
+
+
+# ---- random calls ------------------------------------------------------------------------------
+
+def _random_call(rng, gen):
+    """A random valid call: format, query dtype, layout (BSND, TND, paged), batch and lengths
+    (empty rows and batches), heads, top-k, sparse block size, sparse mode, sinks, scale.
+    Returns (args, kwargs, the oracle's per-batch inputs, the output rows of each batch)."""
+    fmt = rng.choice(["int8", "float8_e4m3fn", "hifloat8"])
+    qdtype = rng.choice([torch.bfloat16, torch.float16])
+    layout = rng.choice(["BSND", "TND", "PA_BSND"])
+    B = rng.randint(1, 3)
+    N = rng.choice([1, 2, 8, 16, 48, 64, 128])
+    topk = rng.choice([1, 2, 8, 32, 100])
+    block = rng.choice([1, 2, 4, 16, 128])
+    sparse_mode = rng.choice([0, 3])
+    scale = rng.choice([1 / math.sqrt(576), 0.02, 0.1])
+    kw = dict(attention_mode=2, sparse_mode=sparse_mode, sparse_block_size=block)
+    if rng.random() < 0.5:
+        kw["sinks"] = torch.randn(N, generator=gen)
+    kv_lens = [rng.choice([0, rng.randint(1, 40), rng.randint(41, 300)]) for _ in range(B)]
+    if layout == "TND":
+        q_lens = [rng.choice([0, 1, 2, rng.randint(3, 6)]) for _ in range(B)]
+        q_lens[0] = max(q_lens[0], 1 - sum(q_lens[1:]))  # T >= 1: no empty query tensor
+        kv_lens[0] = max(kv_lens[0], 1 - sum(kv_lens[1:]))  # KV_T >= 1: no empty cache
+        T, KVT = sum(q_lens), sum(kv_lens)
+        query = torch.randn(T, N, 576, generator=gen).to(qdtype)
+        key = make_rows(KVT, fmt, qdtype, gen)[:, None, :]
+        starts = [sum(kv_lens[:b]) for b in range(B)]
+        logical = [key[starts[b]:starts[b] + kv_lens[b], 0] for b in range(B)]
+        idx = [make_indices(q_lens[b], kv_lens[b], topk, block, gen, KVT - starts[b])
+               for b in range(B)]
+        sparse = torch.tensor([r for rows in idx for r in rows], dtype=torch.int32)[:, None, :]
+        qs = [sum(q_lens[:b]) for b in range(B)]
+        q_rows = [query[qs[b]:qs[b] + q_lens[b]] for b in range(B)]
+        kw.update(layout_query="TND", layout_kv="TND",
+                  actual_seq_lengths_query=torch.tensor(q_lens).cumsum(0).int(),
+                  actual_seq_lengths_kv=torch.tensor(kv_lens).cumsum(0).int())
+        out_rows = lambda out, b: out[qs[b]:qs[b] + q_lens[b]]  # noqa: E731
+    else:
+        S1 = rng.randint(1, 4)
+        q_lens = [rng.randint(0, S1) for _ in range(B)]
+        query = torch.randn(B, S1, N, 576, generator=gen).to(qdtype)
+        if layout == "BSND":
+            S2 = max(max(kv_lens), 1) + rng.choice([0, 5])
+            key = torch.stack([make_rows(S2, fmt, qdtype, gen) for _ in range(B)])[:, :, None]
+            logical = [key[b, :kv_lens[b], 0] for b in range(B)]
+            cap = [S2] * B
+        else:
+            bs = rng.choice([16, 32, 128, 7])
+            width = max(1, max(-(-n // bs) for n in kv_lens)) + rng.choice([0, 1])
+            nblocks = B * width + 1
+            key = make_rows(nblocks * bs, fmt, qdtype, gen).reshape(nblocks, bs, 1, 656)
+            perm = torch.randperm(nblocks, generator=gen)
+            table = torch.full((B, width), -1, dtype=torch.int32)
+            for b in range(B):
+                table[b] = perm[b * width:(b + 1) * width].int()
+            logical = [torch.cat([key[int(table[b, j]), :, 0] for j in range(width)])
+                       [:kv_lens[b]] for b in range(B)]
+            cap = [width * bs] * B
+            kw.update(layout_kv="PA_BSND", block_table=table)
+        idx = [make_indices(S1, kv_lens[b], topk, block, gen, cap[b]) for b in range(B)]
+        sparse = torch.tensor(idx, dtype=torch.int32)[:, :, None, :]
+        q_rows = [query[b, :q_lens[b]] for b in range(B)]
+        kw.update(actual_seq_lengths_query=q_lens, actual_seq_lengths_kv=kv_lens)
+        out_rows = lambda out, b: out[b, :q_lens[b]]  # noqa: E731
+    args = (query, key, key, sparse, scale, 2, 2)
+    ref_in = (q_rows, logical, idx, q_lens, kv_lens, scale, sparse_mode, block, fmt,
+              kw.get("sinks"))
+    return args, kw, ref_in, out_rows
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("OPENFIA_RANDOM_CASES", "16"))))
+def test_random_calls(seed):
+    """Random valid calls against the float64 oracle (OPENFIA_RANDOM_SEED picks another draw);
+    rows outside actual_seq_lengths_query are 0."""
+    base = int(os.environ.get("OPENFIA_RANDOM_SEED", "1"))
+    rng = random.Random(base * 1_000_003 + seed)
+    gen = torch.Generator().manual_seed(base * 7919 + seed)
+    args, kw, ref_in, out_rows = _random_call(rng, gen)
+    out = openfia.npu_kv_quant_sparse_flash_attention(*args, **kw)
+    assert out.dtype == args[0].dtype and out.shape == args[0].shape[:-1] + (512,)
+    q_rows, logical, idx, q_lens, kv_lens, scale, sparse_mode, block, fmt, sinks = ref_in
+    ref = oracle(q_rows, logical, idx, q_lens, kv_lens, scale, sparse_mode, block, fmt,
+                 sinks=sinks)
+    covered = torch.zeros(out.shape[:-1], dtype=torch.bool)
+    for b in range(len(q_lens)):
+        assert_close(out_rows(out, b), *ref[b], f"batch {b}")
+        out_rows(covered, b).fill_(True)
+    assert torch.all(out[~covered] == 0)
