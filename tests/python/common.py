@@ -14,6 +14,26 @@ def run_openfia(inputs):
     return openfia.npu_fused_infer_attention_score(q, k, v, **kw)
 
 
+def check_case_against_torch(case):
+    """One case of the list (or a random one) through openfia and the torch float64 oracle:
+    output dtype, contiguity, every element within its derived bound, lse likewise (or the
+    one-element 0 without softmax_lse_flag)."""
+    import torch_ref
+    from cases import build_inputs
+
+    inputs = build_inputs(case)
+    q, k, v, kw = call_kwargs(inputs)
+    out, lse = run_openfia(inputs)
+    ref, ref_lse, bound, lse_bound, ref_dtype = torch_ref.reference(q, k, v, **kw)
+    assert out.dtype == ref_dtype, f"attention_out dtype {out.dtype}, expected {ref_dtype}"
+    assert out.is_contiguous() and lse.dtype == torch.float32
+    assert_within(out, ref, bound, f"{case.name}: attention_out")
+    if kw.get("softmax_lse_flag"):
+        assert_within(lse, ref_lse, lse_bound, f"{case.name}: softmax_lse")
+    else:
+        assert lse.shape == (1,) and lse.item() == 0.0
+
+
 def assert_within(actual, expected, bound, what):
     """Every element within its bound; NaN and +-Inf positions identical. No fraction-based
     pass criterion: one element outside its bound fails, and the message names the worst."""

@@ -8,12 +8,10 @@ import os
 import random
 
 import pytest
-import torch
 
 import openfia
 from cases import DEFAULTS, Case, build_inputs, call_kwargs
-from common import assert_within, run_openfia
-import torch_ref
+from common import check_case_against_torch
 
 COUNT = int(os.environ.get("OPENFIA_RANDOM_CASES", "40"))
 SEED = int(os.environ.get("OPENFIA_RANDOM_SEED", "1"))
@@ -136,14 +134,4 @@ def test_random_cases_are_found():
 
 @pytest.mark.parametrize("case", CASES, ids=[_line(c) for c in CASES])
 def test_random_case_matches_torch(case):
-    inputs = build_inputs(case)
-    q, k, v, kw = call_kwargs(inputs)
-    out, lse = run_openfia(inputs)
-    ref, ref_lse, bound, lse_bound, ref_dtype = torch_ref.reference(q, k, v, **kw)
-    assert out.dtype == ref_dtype, f"attention_out dtype {out.dtype}, expected {ref_dtype}"
-    assert out.is_contiguous() and lse.dtype == torch.float32
-    assert_within(out, ref, bound, f"{case.name}: attention_out")
-    if kw.get("softmax_lse_flag"):
-        assert_within(lse, ref_lse, lse_bound, f"{case.name}: softmax_lse")
-    else:
-        assert lse.shape == (1,) and lse.item() == 0.0
+    check_case_against_torch(case)
