@@ -332,6 +332,10 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
       // 1.6, "返回数据结果为全0"); Q_S > 1 rejects it.
       if (kv_begin[b] < 0 && S == 1 && layout != "TND") kv_begin[b] = 0, gkv[b] = 0;
     }
+    // A window that starts before the tensor is an error for the operator (Q_S > 1); the
+    // builder must not read there either (random cases try such combinations).
+    if (q_begin[b] < 0 || kv_begin[b] < 0)
+      Fail(c.name + ": a left-padded window starts before the tensor (the operator rejects it)");
   }
   g.q_begin = q_begin;
   g.q_len = aq;
