@@ -90,13 +90,14 @@ def _make_mode_class():
     class NpuDeviceMode(TorchFunctionMode):
         """Maps "npu" devices to the CPU in the torch calls made while it is entered: the
         `device=` keyword of any torch function and the positional device of Tensor.to (a device,
-        a device string, or an accelerator index)."""
+        a device string, or an accelerator index, which now means an "npu")."""
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if "device" in kwargs:
                 dev = kwargs["device"]
-                if _is_npu_device(dev) or (func in to_funcs and isinstance(dev, int)):
+                # An integer device is an index of the current accelerator, which is "npu" now.
+                if _is_npu_device(dev) or (isinstance(dev, int) and not isinstance(dev, bool)):
                     kwargs = dict(kwargs, device=torch.device("cpu"))
             if func in to_funcs and len(args) > 1:
                 a = args[1]

@@ -459,6 +459,7 @@ def test_npu_device_strings_map_to_cpu(tmp_path):
         "assert torch.tensor([1.0], device=torch.device('npu', 1)).device.type == 'cpu'\n"
         "assert torch.zeros_like(x, device='npu').device.type == 'cpu'\n"
         "assert x.new_empty(3, device='npu:0').device.type == 'cpu'\n"
+        "assert torch.zeros(2, device=0).device.type == 'cpu'\n"
         "assert torch.nn.Linear(8, 2).to('npu').weight.device.type == 'cpu'\n"
         "torch.npu.manual_seed(3); a = torch.rand(2)\n"
         "with warnings.catch_warnings(record=True) as w:\n"
