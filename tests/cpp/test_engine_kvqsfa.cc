@@ -13,6 +13,7 @@
 #include <random>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -259,6 +260,66 @@ TEST(EngineKvqsfa, SingleKeyOutputIsTheDequantizedRowExactly) {
         EXPECT_EQ(bad, 0);
       }
     }
+}
+
+// Random calls (OPENFIA_RANDOM_CASES, default 12; OPENFIA_RANDOM_SEED, default 1): KV format,
+// query dtype, layouts (BSND, TND, paged with odd block sizes, TND query over a paged cache),
+// batch and lengths, heads, top-k, sparse block size, sparse mode, sinks and scale, through Check
+// (oracle, reference, 1 / 3 threads bitwise). Under ASan in CI: every index and block id read.
+TEST(EngineKvqsfa, RandomCalls) {
+  const char* n_env = std::getenv("OPENFIA_RANDOM_CASES");
+  const char* s_env = std::getenv("OPENFIA_RANDOM_SEED");
+  const int n = n_env && *n_env ? std::atoi(n_env) : 12;
+  std::mt19937_64 rng((s_env && *s_env ? std::atoll(s_env) : 1) * 0x9E3779B97F4A7C15ull + 29);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  int ran = 0;
+  for (int it = 0; ran < n && it < 20 * n; ++it) {
+    Case c;
+    c.kvdt = std::vector<DType>{DType::kInt8, DType::kFloat8E4M3, DType::kHiFloat8}[pick(0, 2)];
+    c.qdt = pick(0, 1) ? DType::kBFloat16 : DType::kFloat16;
+    const int64_t layout = pick(0, 3);  // BSND, TND, PA with BSND query, PA with TND query
+    c.layout_q = layout == 1 || layout == 3 ? "TND" : "BSND";
+    c.layout_kv = layout == 1 ? "TND" : layout >= 2 ? "PA_BSND" : "BSND";
+    c.batch = pick(1, 3);
+    c.s1 = pick(0, 2) == 0 ? pick(2, 5) : 1;
+    c.s2 = pick(0, 1) ? pick(1, 40) : pick(41, 300);
+    c.heads = std::vector<int64_t>{1, 2, 8, 16, 48, 64, 128}[pick(0, 6)];
+    c.topk = std::vector<int64_t>{1, 2, 8, 32, 100}[pick(0, 4)];
+    c.sparse_block_size = std::vector<int64_t>{1, 2, 4, 16, 128}[pick(0, 4)];
+    c.sparse_mode = pick(0, 1) ? 3 : 0;
+    c.block_size = std::vector<int64_t>{7, 16, 32, 128}[pick(0, 3)];
+    c.sinks = pick(0, 1) == 1;
+    c.scale = std::vector<double>{1.0 / std::sqrt(576.0), 0.02, 0.1}[pick(0, 2)];
+    c.act_q.clear(), c.act_kv.clear();
+    if (pick(0, 1)) {  // per-batch lengths, empty rows and batches included
+      for (int64_t b = 0; b < c.batch; ++b) {
+        c.act_q.push_back(pick(0, c.s1));
+        c.act_kv.push_back(pick(0, 2) ? pick(1, c.s2) : 0);
+      }
+      c.pass_act_q = c.pass_act_kv = true;
+    }
+    c.seed = static_cast<uint32_t>(1000 + it);
+    // Calls the builder or the operator rejects, and calls in which no row attends a key
+    // (Check insists on a non-vacuous case), are drawn again.
+    try {
+      Built B = Build(c);
+      KvqsfaArgs a = B.Args();
+      (void)KvQuantSparseFlashAttentionOutputSpec(a);
+      const kvqtest::Expected E = kvqtest::Expect(B);
+      if (std::none_of(E.tol.begin(), E.tol.end(), [](double t) { return t > 0; })) continue;
+    } catch (const std::exception&) {
+      continue;
+    }
+    SCOPED_TRACE("random call " + std::to_string(it) + ": " + c.layout_q + "/" + c.layout_kv +
+                 " B " + std::to_string(c.batch) + " s1 " + std::to_string(c.s1) + " s2 " +
+                 std::to_string(c.s2) + " heads " + std::to_string(c.heads) + " topk " +
+                 std::to_string(c.topk) + " sbs " + std::to_string(c.sparse_block_size));
+    Check(c);
+    ++ran;
+  }
+  EXPECT_EQ(ran, n) << "valid random calls found";
 }
 
 }  // namespace
