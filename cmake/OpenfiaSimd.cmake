@@ -1,4 +1,4 @@
-# Per-ISA targets for src/simd/*_<target>.cc. The whole library, those files included, is compiled
+# Per-ISA targets for src/engine/kernels/*/*_<target>.cc. The whole library, those files included, is compiled
 # for the baseline ISA; each per-ISA file switches its own kernels to the target's instructions
 # with `#pragma GCC target(...)` after its includes (the same feature list as below), so that no
 # inline function of a shared header or std template is ever emitted with the target's
@@ -43,7 +43,7 @@ function(openfia_apply_simd_flags sources)
       endif()
     endif()
     foreach(src ${sources})
-      if(src MATCHES "/src/simd/.*_${tgt}\\.cc$")
+      if(src MATCHES "/src/engine/kernels/.*_${tgt}\\.cc$")
         if(ok)
           set_source_files_properties(${src} PROPERTIES COMPILE_DEFINITIONS OPENFIA_HAVE_${TGT}=1)
         endif()

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace openfia {
 
@@ -24,6 +25,16 @@ int GetNumThreads();
 // Also set by OPENFIA_SIMD. The default is the best the CPU supports.
 void SetSimdCap(const std::string& target);
 std::string SimdTarget();  // the target in effect
+
+// Forces one attention kernel for every work item instead of the target's kernel list ("" = the
+// list, the default). Also set by OPENFIA_KERNEL. The name must be one of AvailableKernels(); a
+// call with an item the kernel does not support then fails with an error naming the reason (for
+// tests and measurements: every kernel can be run against the reference on its own).
+void SetKernel(const std::string& name);
+std::string GetKernel();
+// The kernels compiled into this build whose instructions this CPU runs, e.g. "portable",
+// "tile_avx2", "decode_avx512bf16".
+std::vector<std::string> AvailableKernels();
 
 std::string Version();
 

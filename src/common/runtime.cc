@@ -1,4 +1,5 @@
-// openfia: process-wide runtime settings (implementation choice, threads, SIMD cap).
+// openfia: process-wide runtime settings (implementation choice, threads, SIMD cap, forced
+// kernel).
 #include "openfia/runtime.h"
 
 #include <atomic>
@@ -18,6 +19,7 @@ std::atomic<int> g_threads{0};
 std::mutex g_simd_mu;
 std::string g_simd_cap;  // empty: best available
 std::atomic<bool> g_cap_bf16{false};  // g_simd_cap == "avx512bf16" (read per work item)
+std::string g_kernel;  // guarded by g_simd_mu; empty: the kernel lists
 
 void ReadEnv() {
   if (const char* v = std::getenv("OPENFIA_IMPL")) {
@@ -31,6 +33,7 @@ void ReadEnv() {
   }
   if (const char* v = std::getenv("OPENFIA_SIMD")) g_simd_cap = v;
   g_cap_bf16 = g_simd_cap == "avx512bf16";
+  if (const char* v = std::getenv("OPENFIA_KERNEL")) g_kernel = v;
 }
 
 }  // namespace
@@ -77,6 +80,17 @@ std::string SimdCap() {
 bool SimdCapIsAvx512Bf16() {
   std::call_once(g_env_once, ReadEnv);
   return g_cap_bf16.load(std::memory_order_relaxed);
+}
+
+std::string KernelSetting() {
+  std::call_once(g_env_once, ReadEnv);
+  std::lock_guard<std::mutex> lk(g_simd_mu);
+  return g_kernel;
+}
+void SetKernelSetting(const std::string& name) {
+  std::call_once(g_env_once, ReadEnv);
+  std::lock_guard<std::mutex> lk(g_simd_mu);
+  g_kernel = name;
 }
 
 std::string Version() { return OPENFIA_VERSION; }

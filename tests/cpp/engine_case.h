@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/problem.h"
-#include "simd/scalar_convert.h"
+#include "common/convert.h"
 
 namespace openfia::internal::testing {
 

@@ -17,7 +17,7 @@
 #include "engine_case.h"
 #include "openfia/runtime.h"
 #include "reference/reference.h"
-#include "simd/simd.h"
+#include "kernel_util.h"
 
 namespace openfia::internal::testing {
 
@@ -41,7 +41,7 @@ struct SettingsGuard {
 inline std::vector<std::string> Targets() {
   std::vector<std::string> t;
   for (const char* name : {"scalar", "avx2", "avx512", "avx512bf16", "amx", "neon", "neonbf16"})
-    if (KernelsFor(name)) t.push_back(name);
+    if (TargetOps(name)) t.push_back(name);
   return t;
 }
 

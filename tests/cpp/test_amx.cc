@@ -14,8 +14,7 @@
 #include "engine_case.h"
 #include "openfia/runtime.h"
 #include "reference/reference.h"
-#include "simd/amx_prefill.h"
-#include "simd/simd.h"
+#include "kernel_util.h"
 
 namespace openfia::internal::testing {
 namespace {
@@ -73,7 +72,7 @@ void Compare(Case& c, const std::vector<uint8_t>& want_out, const std::vector<fl
 }
 
 void RunAmx(const CaseSpec& spec) {
-  if (!KernelsFor("amx")) GTEST_SKIP() << "AMX-BF16 not compiled, not on this CPU, or refused by the OS";
+  if (!TargetOps("amx")) GTEST_SKIP() << "AMX-BF16 not compiled, not on this CPU, or refused by the OS";
   SettingsGuard guard;
   Case c(spec);
   std::string why;
@@ -235,11 +234,11 @@ TEST(Amx, RowPairsAndValueWidths) {
 // prefill up to kMaxRows rows per item): proves such an item exists and takes the kernel, that
 // the plan did not split it, then runs RunAmx (reference, AVX-512, 1/2/3 threads bitwise).
 void RunPrefill(const CaseSpec& spec) {
-  if (!KernelsFor("amx")) GTEST_SKIP() << "AMX-BF16 not compiled, not on this CPU, or refused by the OS";
+  if (!TargetOps("amx")) GTEST_SKIP() << "AMX-BF16 not compiled, not on this CPU, or refused by the OS";
   Case c(spec);
   const Plan plan = MakePlan(c.problem());
   const bool big = std::any_of(plan.items.begin(), plan.items.end(), [&](const WorkItem& w) {
-    return w.rows() > kItemRows && w.n_split == 1 && AmxRunsPrefill(c.problem(), w);
+    return w.rows() > kItemRows && w.n_split == 1 && AmxPrefillRunsItem(c.problem(), w);
   });
   ASSERT_TRUE(big) << "no item of more than kItemRows rows takes the AMX prefill kernel";
   RunAmx(spec);

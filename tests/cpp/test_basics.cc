@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "common/check.h"
-#include "common/dispatch.h"
+#include "common/outputs.h"
+#include "engine/engine.h"
 #include "openfia/openfia.h"
 
 namespace openfia {

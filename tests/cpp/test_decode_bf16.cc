@@ -16,7 +16,7 @@
 #include "engine_check.h"
 #include "openfia/runtime.h"
 #include "reference/reference.h"
-#include "simd/simd.h"
+#include "kernel_util.h"
 
 namespace openfia::internal::testing {
 namespace {
@@ -29,7 +29,7 @@ int64_t Bf16DecodeItems(const Problem& p) { return CountItems(p, Avx512Bf16Decod
 // d_v != d_qk (including d % 32 == 16), large scores (running-max rescales). Proof it ran: the
 // plan has items it accepts (when the CPU has the table); G = 3 and f16 queries it declines.
 TEST(DecodeBf16, Shapes) {
-  const bool bf16 = KernelsFor("avx512bf16") != nullptr;
+  const bool bf16 = TargetOps("avx512bf16") != nullptr;
   struct G {
     int64_t h_q, h_kv, q_len, d_qk, d_v, block, prefix;
     bool sinks, expect;
@@ -72,7 +72,7 @@ TEST(DecodeBf16, Shapes) {
 // probabilities still meet the infinity) must land where the reference puts its NaN and inf;
 // a NaN in K makes its rows NaN.
 TEST(DecodeBf16, NonFiniteValues) {
-  const bool bf16 = KernelsFor("avx512bf16") != nullptr;
+  const bool bf16 = TargetOps("avx512bf16") != nullptr;
   for (int which = 0; which < 3; ++which) {
     CaseSpec s;
     s.oe = Elem::kF32;
@@ -107,7 +107,7 @@ TEST(DecodeBf16, NonFiniteValues) {
 // their channels; the other channels keep VDPBF16PS. Query rows of KV head 0 are e_0 (channel 0
 // one, the rest zero); key j0's channel 0 makes its scaled score 90 above every other key's 0.
 TEST(DecodeBf16, InfiniteValueMeetsATinyProbability) {
-  const bool bf16 = KernelsFor("avx512bf16") != nullptr;
+  const bool bf16 = TargetOps("avx512bf16") != nullptr;
   for (int64_t d : {64, 48}) {
     CaseSpec s;
     s.oe = Elem::kF32;
@@ -145,7 +145,7 @@ TEST(DecodeBf16, InfiniteValueMeetsATinyProbability) {
 // and contiguous, 1, 2, 4 and 8 rows per KV head, d % 32 == 16 (the staged rows' zero half),
 // d_v != d_qk, splits (1300 keys) and a partial first tile (45 keys). f16 queries it declines.
 TEST(DecodeBf16, Quantized) {
-  const bool bf16 = KernelsFor("avx512bf16") != nullptr;
+  const bool bf16 = TargetOps("avx512bf16") != nullptr;
   using K = Dequant::Kind;
   struct Q {
     Elem ke, ve;

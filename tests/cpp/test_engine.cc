@@ -13,8 +13,7 @@
 #include "engine_check.h"
 #include "openfia/runtime.h"
 #include "reference/reference.h"
-#include "simd/decode.h"
-#include "simd/simd.h"
+#include "kernel_util.h"
 
 namespace openfia::internal::testing {
 namespace {
@@ -401,7 +400,7 @@ TEST(Engine, Antiquant) {
 }
 
 // Plan items of `p` the AMX decode kernel runs (0 when AMX is not compiled or not granted).
-int64_t AmxDecodeItems(const Problem& p) { return CountItems(p, OpenfiaAmxDecodeCan); }
+int64_t AmxDecodeItems(const Problem& p) { return CountItems(p, AmxDecodeRunsItem); }
 
 // The AMX decode kernel (decode_amx.cc) on multi-head decode items: bf16 K/V read straight from
 // the cache rows (contiguous, paged with 16-aligned blocks) or gathered (odd blocks, partial
@@ -410,7 +409,7 @@ int64_t AmxDecodeItems(const Problem& p) { return CountItems(p, OpenfiaAmxDecode
 // has items it accepts (when the CPU grants AMX); RunCase checks every target against the fp64
 // reference and 1-3 threads bitwise.
 TEST(Engine, AmxDecode) {
-  const bool amx = KernelsFor("amx") != nullptr;
+  const bool amx = TargetOps("amx") != nullptr;
   int variant = 0;
   for (int64_t block : {0, 7, 48, 128}) {
     CaseSpec s;
@@ -488,7 +487,7 @@ int64_t Avx2DecodeItems(const Problem& p) { return CountItems(p, Avx2DecodeRunsI
 // generic loop in the same call. Proof it ran: the plan has items it accepts (when the CPU has
 // AVX2); RunCase checks every target against the fp64 reference and 1-3 threads bitwise.
 TEST(Engine, Avx2Decode) {
-  const bool avx2 = KernelsFor("avx2") != nullptr;
+  const bool avx2 = TargetOps("avx2") != nullptr;
   struct G {
     int64_t h_q, h_kv, q_len, d_qk, d_v, block, prefix;
     bool sinks, expect;
@@ -571,10 +570,10 @@ TEST(Engine, Avx2Decode) {
 //    table exists: its decode kernel folds a per-token V scale into P (p s x + p s o), which
 //    gives NaN from inf - inf where the reference's s (x + o) is an infinity.
 TEST(Engine, Avx2DecodeNonFiniteAntiquant) {
-  const bool avx2 = KernelsFor("avx2") != nullptr;
+  const bool avx2 = TargetOps("avx2") != nullptr;
   using K = Dequant::Kind;
   for (int variant : {0, 1, 2}) {
-    if (variant == 2 && KernelsFor("amx") != nullptr) continue;
+    if (variant == 2 && TargetOps("amx") != nullptr) continue;
     CaseSpec s;
     s.h_q = 16;
     s.h_kv = 4;
@@ -604,7 +603,7 @@ TEST(Engine, Avx2DecodeNonFiniteAntiquant) {
       }
     };
     const auto count = [](const Problem& p) -> int64_t {
-      return KernelsFor("avx512bf16") ? CountItems(p, Avx512Bf16DecodeRunsItem)
+      return TargetOps("avx512bf16") ? CountItems(p, Avx512Bf16DecodeRunsItem)
                                       : Avx2DecodeItems(p);
     };
     RunQuantizedDecode(s, e, kind, kind, true, true, count, avx2, poison);
@@ -616,7 +615,7 @@ TEST(Engine, Avx2DecodeNonFiniteAntiquant) {
 // the integer rounding for such a row (per-token parameters) or item (per-channel). Without the
 // range check (DecFastRange) every variant's output holds NaN where the reference's is finite.
 TEST(Engine, Avx2DecodeHugeAntiquantValues) {
-  const bool avx2 = KernelsFor("avx2") != nullptr;
+  const bool avx2 = TargetOps("avx2") != nullptr;
   using K = Dequant::Kind;
   const auto spec = [](uint32_t seed) {
     CaseSpec s;
@@ -678,7 +677,7 @@ TEST(Engine, InfiniteValueMeetsATinyProbability) {
   for (Elem e : {Elem::kBF16, Elem::kF32}) {
     // Not where the AMX table exists for bf16: its tile products (TDPBF16PS) read a subnormal
     // bf16 P as zero, so such a key gives NaN there (docs/STATUS.md, open items).
-    if (e == Elem::kBF16 && KernelsFor("amx") != nullptr) continue;
+    if (e == Elem::kBF16 && TargetOps("amx") != nullptr) continue;
     for (int64_t kv : {64, 130}) {
       CaseSpec s;
       s.qe = e;
@@ -756,12 +755,12 @@ TEST(Engine, Bf16DotTiles) {
     };
     Case c(s);
     quantize(c);
-    if (KernelsFor("avx512bf16")) {  // the cap naming the target turns its dot tiles on
+    if (TargetOps("avx512bf16")) {  // the cap naming the target turns its dot tiles on
       SettingsGuard guard;
       SetSimdCap("avx512bf16");
       EXPECT_GT(CountItems(c.problem(), Avx512Bf16DotRunsItem), 0) << "case " << seed;
     }
-    if (KernelsFor("neonbf16"))  // the best table on an AArch64 CPU with BF16
+    if (TargetOps("neonbf16"))  // the best table on an AArch64 CPU with BF16
       EXPECT_GT(CountItems(c.problem(), NeonBf16DotRunsItem), 0) << "case " << seed;
     RunCase(s, quantize, !g.quant);
   }

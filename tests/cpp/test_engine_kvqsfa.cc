@@ -2,7 +2,7 @@
 // amx_tile_dequant-inl.h) and the generic path's vectorized per-tile dequant (float16 query, or
 // any query on targets without AMX), each against the fp64 reference and the independent oracle
 // of test_kvqsfa_util.h. Every bf16 case first proves that its work items take the AMX path
-// (internal::AmxRunsItem) when the CPU has AMX; results must not depend on the thread count.
+// (internal::testing::AmxRunsItem) when the CPU has AMX; results must not depend on the thread count.
 //
 // Tolerance: the oracle's bound E.tol (query-dtype unit roundoff on the output and on the
 // unnormalized probabilities, fp32 accumulation over the tokens + 576 score channels); engine
@@ -24,7 +24,7 @@
 #include "openfia/openfia.h"
 #include "openfia/runtime.h"
 #include "ops/kv_quant_sparse_flash_attention/kvqsfa_internal.h"
-#include "simd/simd.h"
+#include "kernel_util.h"
 #include "test_kvqsfa_util.h"
 
 namespace openfia {
@@ -68,11 +68,11 @@ bool AllItemsOnAmx(Built& B) {
   const internal::Plan plan = PlanOf(B, &p);
   if (plan.items.empty()) return false;
   for (const internal::WorkItem& w : plan.items)
-    if (!internal::AmxRunsItem(p, w)) return false;
+    if (!internal::testing::AmxRunsItem(p, w)) return false;
   return true;
 }
 
-bool Amx() { return internal::KernelsFor("amx") != nullptr; }
+bool Amx() { return internal::testing::TargetOps("amx") != nullptr; }
 
 void ExpectWithin(const std::vector<uint16_t>& got, const std::vector<double>& want,
                   const std::vector<double>& tol, double k, DType qdt, const std::string& what) {

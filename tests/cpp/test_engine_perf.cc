@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 #include "engine_case.h"
 #include "openfia/runtime.h"
-#include "simd/scalar_convert.h"
+#include "common/convert.h"
 #include "case_list.h"
 #include "test_sas_fixture.h"
 

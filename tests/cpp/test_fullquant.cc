@@ -14,12 +14,13 @@
 
 #include "engine_check.h"
 #include "openfia/openfia.h"
-#include "simd/scalar_convert.h"
-#include "simd/simd.h"
+#include "common/convert.h"
+#include "kernel_util.h"
 #include "test_arena.h"
 
 namespace openfia::internal {
 namespace {
+using testing::TargetOps;
 
 float F16(float x) { return cvt::RoundToElem(x, Elem::kF16); }
 
@@ -59,7 +60,7 @@ TEST(FullQuant, VectorExpRoundsToF16LikeExpf) {
   // The vector exp itself (V::ExpP, the AVX2 table's exp_p entry) stays within 1 ulp of expf
   // where expf is a normal float: FqExpF16 relies on a margin of kFqExpUlps = 4 around it.
   std::vector<float> e(x.size());
-  KernelsFor("avx2")->exp_p(x.data(), e.data(), static_cast<int64_t>(x.size()));
+  TargetOps("avx2")->exp_p(x.data(), e.data(), static_cast<int64_t>(x.size()));
   int64_t worst = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const float want = std::exp(x[i]);

@@ -11,11 +11,12 @@
 #include "common/parallel.h"
 #include "openfia/error.h"
 #include "openfia/runtime.h"
-#include "simd/scalar_convert.h"
-#include "simd/simd.h"
+#include "common/convert.h"
+#include "kernel_util.h"
 
 namespace openfia::internal {
 namespace {
+using testing::TargetOps;
 
 // Distance in units in the last place between a float and the exact value.
 double UlpError(float got, double exact) {
@@ -29,7 +30,7 @@ double UlpError(float got, double exact) {
 
 TEST(SimdExp, FewUlpOverTheSoftmaxRange) {
   for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon", "neonbf16"}) {
-    const KernelTable* k = KernelsFor(t);
+    const VectorOps* k = TargetOps(t);
     if (!k) continue;
     std::vector<float> x, y;
     for (float v = -110.f; v < 89.f; v += 0.0137f) x.push_back(v);
@@ -51,7 +52,7 @@ TEST(SimdExp, FewUlpOverTheSoftmaxRange) {
 
 TEST(SimdExp, SpecialValues) {
   for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon", "neonbf16"}) {
-    const KernelTable* k = KernelsFor(t);
+    const VectorOps* k = TargetOps(t);
     if (!k) continue;
     const float inf = std::numeric_limits<float>::infinity();
     float x[5] = {-inf, inf, std::nanf(""), 0.f, -200.f}, y[5];
@@ -69,7 +70,7 @@ TEST(SimdExp, SpecialValues) {
 // kept, exp(0) exactly 1.
 TEST(SimdExp, ProbabilityExpFewUlpAndNeverSubnormal) {
   for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "neon", "neonbf16"}) {
-    const KernelTable* k = KernelsFor(t);
+    const VectorOps* k = TargetOps(t);
     if (!k) continue;
     std::vector<float> x, y;
     for (float v = -110.f; v <= 0.f; v += 0.00731f) x.push_back(v);
@@ -156,7 +157,7 @@ TEST(SimdRows, ScaleRowAndAxpyMatchTheScalarLoops) {
   const int64_t n_all = static_cast<int64_t>(acc.size());
   int tables = 0;
   for (const char* t : {"scalar", "avx2", "avx512", "avx512bf16", "amx", "neon", "neonbf16"}) {
-    const KernelTable* k = KernelsFor(t);
+    const VectorOps* k = TargetOps(t);
     if (!k) continue;
     if (!k->scale_row) {
       EXPECT_EQ(k->axpy, nullptr) << t;
@@ -199,7 +200,7 @@ TEST(SimdRows, ScaleRowAndAxpyMatchTheScalarLoops) {
     }
   }
   // The AVX2 target needs AVX2 + FMA + F16C; any x86-64 CPU of the last decade has it.
-  if (KernelsFor("avx2")) EXPECT_GT(tables, 0);
+  if (TargetOps("avx2")) EXPECT_GT(tables, 0);
 }
 
 TEST(SimdTarget, CapSelectsAndValidates) {
@@ -212,7 +213,7 @@ TEST(SimdTarget, CapSelectsAndValidates) {
   SetSimdCap("neon");
   EXPECT_EQ(SimdTarget(), "neon");
   SetSimdCap("sve");  // no table of its own: the best below it
-  EXPECT_EQ(SimdTarget(), KernelsFor("neonbf16") ? "neonbf16" : "neon");
+  EXPECT_EQ(SimdTarget(), TargetOps("neonbf16") ? "neonbf16" : "neon");
 #else
   for (const char* arm : {"neon", "neonbf16", "sve"}) {  // another architecture's names cap to
     SetSimdCap(arm);                                       // the portable target
@@ -225,11 +226,11 @@ TEST(SimdTarget, CapSelectsAndValidates) {
   EXPECT_EQ(SimdTarget(), best);
 #if defined(__aarch64__)
   // Every AArch64 CPU has Advanced SIMD; BFDOT where the CPU reports BF16.
-  EXPECT_EQ(best, KernelsFor("neonbf16") ? "neonbf16" : "neon");
+  EXPECT_EQ(best, TargetOps("neonbf16") ? "neonbf16" : "neon");
 #endif
-  if (KernelsFor("amx")) EXPECT_EQ(best, "amx");
-  else if (KernelsFor("avx512bf16")) EXPECT_EQ(best, "avx512bf16");
-  else if (KernelsFor("avx512")) EXPECT_EQ(best, "avx512");
+  if (TargetOps("amx")) EXPECT_EQ(best, "amx");
+  else if (TargetOps("avx512bf16")) EXPECT_EQ(best, "avx512bf16");
+  else if (TargetOps("avx512")) EXPECT_EQ(best, "avx512");
 }
 
 // The avx512bf16 table's dot tiles: on by default only on AMD CPUs (where VDPBF16PS is twice

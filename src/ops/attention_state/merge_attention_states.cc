@@ -14,7 +14,7 @@
 #include "common/check.h"
 #include "common/parallel.h"
 #include "openfia/attention_state.h"
-#include "simd/scalar_convert.h"
+#include "common/convert.h"
 
 namespace openfia {
 namespace {

@@ -1,6 +1,7 @@
 // openfia: FusedInferAttentionScore entry points: validate -> canonicalize -> dispatch.
 #include "common/check.h"
-#include "common/dispatch.h"
+#include "common/outputs.h"
+#include "engine/engine.h"
 #include "openfia/fused_infer_attention_score.h"
 #include "ops/fused_infer_attention_score/fia_internal.h"
 

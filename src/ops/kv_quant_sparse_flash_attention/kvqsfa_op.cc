@@ -1,7 +1,8 @@
 // openfia: KvQuantSparseFlashAttention entry points: validate -> canonicalize -> dispatch (the
 // same reference/engine dispatch as FusedInferAttentionScore).
 #include "common/check.h"
-#include "common/dispatch.h"
+#include "common/outputs.h"
+#include "engine/engine.h"
 #include "openfia/kv_quant_sparse_flash_attention.h"
 #include "ops/kv_quant_sparse_flash_attention/kvqsfa_internal.h"
 

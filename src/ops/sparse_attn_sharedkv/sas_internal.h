@@ -177,10 +177,6 @@ void RunSas(const SasArgs& args, const TensorView& attention_out, const TensorVi
 std::map<std::string, std::vector<double>> SparseAttnSharedkvBusy(
     const SasArgs& args, const TensorView& attention_out, const TensorView& softmax_lse);
 
-// kernels_amx.cc: whether the active kernels run item w of p on the AMX SparseAttnSharedkv path
-// (amx_sas-inl.h), the only one that takes items of several query tokens.
-bool AmxRunsSasItem(const Problem& p, const WorkItem& w);
-
 // Reads element i of a 1-D integer tensor (int32 or int64) through its stride.
 int64_t ReadIndex(const TensorView& t, int64_t i);
 

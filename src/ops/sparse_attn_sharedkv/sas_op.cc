@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/check.h"
-#include "common/dispatch.h"
+#include "common/outputs.h"
 #include "engine/engine.h"
 #include "openfia/runtime.h"
 #include "openfia/sparse_attn_sharedkv.h"
@@ -108,8 +108,8 @@ Schedule SasSchedule(const Problem& p, const SasConfig& c, const SasUnits& u,
       const int64_t b = u.batch_of[x], t0 = (x - u.begin[b]) * u.tokens_per_block;
       const bool split = u.chunks[x] > 1, last = chunk + 1 == u.chunks[x];
       // CFA / SWA units (no index lists) of whole groups: items of several consecutive tokens
-      // (up to kItemRows rows) where the AMX path takes them, so that the window rows the tokens
-      // share are gathered and packed once (amx_sas-inl.h). Which tokens share an item depends
+      // (up to kItemRows rows) where a kernel of the selection takes them, so that the window
+      // rows the tokens share are gathered and packed once. Which tokens share an item depends
       // on the unit only, so the result is the same for every plan.
       const int64_t multi = !split && c.cmp_topk == 0 && p.h_kv == 1 && G <= kItemRows
                                 ? std::min<int64_t>(kItemRows / G, u.tokens[x])
@@ -120,7 +120,7 @@ Schedule SasSchedule(const Problem& p, const SasConfig& c, const SasUnits& u,
         w.i1 = t0 + std::min(t + multi, u.tokens[x]);
         w.j0 = 0;
         w.j1 = 1;  // the kernel takes the union of the tokens' lists
-        if (w.i1 - w.i0 < 2 || !AmxRunsSasItem(p, w)) break;
+        if (w.i1 - w.i0 < 2 || !EngineRunsItem(p, w)) break;
         s.items.push_back(w);
         t_single = w.i1 - t0;
       }

@@ -1,0 +1,91 @@
+// openfia: the AVX512-BF16 target: the AVX-512 table's loop with dot tiles, whose Q K^T and P V
+// run as VDPBF16PS over bf16 pairs (attend_dot-inl.h) for items whose operands are bf16 values
+// (bf16 queries over bf16 or antiquant caches); everything else as on the AVX-512 table.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdlib>
+#include <limits>
+
+#include "common/convert.h"
+#include "common/problem.h"
+#include "engine/kernel.h"
+#include "engine/kernels/generic/common.h"
+#include "engine/kernels/generic/support.h"
+#include "engine/kernels/generic/tile_scratch.h"
+#include "engine/kernels/registry.h"
+
+#if defined(OPENFIA_HAVE_AVX512BF16)
+// GCC 12 flags the _mm512_undefined_* idiom inside its own intrinsic headers.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Lambdas taking vector arguments inside templates get this ABI note although they are inlined.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#include <immintrin.h>
+// The target's instructions apply from here on only (kernels_avx512.cc says why).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
+
+namespace openfia::internal::avx512bf16_target {
+
+#include "engine/kernels/avx512/vec_avx512-inl.h"
+
+struct V : Avx512Vec {};
+
+#define OPENFIA_ATTEND_ROWS 6
+#define OPENFIA_ATTEND_COLS 4
+#define OPENFIA_ATTEND_BF16DOT 1
+#include "engine/kernels/generic/attend-inl.h"
+#undef OPENFIA_ATTEND_ROWS
+#undef OPENFIA_ATTEND_COLS
+#undef OPENFIA_ATTEND_BF16DOT
+#include "engine/kernels/generic/decode_tile-inl.h"
+#define OPENFIA_DECODE_BF16DOT 1
+#include "engine/kernels/avx512/decode_avx512-inl.h"
+#undef OPENFIA_DECODE_BF16DOT
+#include "engine/kernels/generic/rows-inl.h"
+
+const char* TileSupports(const Problem& p, const WorkItem* w) {
+  if (const char* why = TileLoopSupports(p)) return why;
+  return w != nullptr ? OneTokenPerSparseItem(p, *w) : nullptr;
+}
+void TileRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
+  AttendImpl(p, w, TileOf(scratch), out);
+}
+
+const char* DecodeSupports(const Problem& p, const WorkItem* w) {
+  if (p.q.elem != Elem::kBF16) return "a query dtype other than bfloat16";
+  if (w == nullptr) return DecodeProblemWhy(p);
+  return Bf16DecodeItemWhy(p, *w);
+}
+void DecodeRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
+  Bf16DecodeRunItem(p, w, TileOf(scratch), out);
+}
+
+const Kernel kTile = {"tile_avx512bf16", Isa::kAvx512Bf16, &TileSupports, &TileScratchSize,
+                      &PrepareTileScratch, &TileRun};
+const Kernel kDecode = {"decode_avx512bf16", Isa::kAvx512Bf16, &DecodeSupports, &TileScratchSize,
+                        &PrepareTileScratch, &DecodeRun};
+const VectorOps kOps = {"avx512bf16", &ExpArray, &ExpPArray, &ScaleRow, &Axpy};
+
+}  // namespace openfia::internal::avx512bf16_target
+#pragma GCC pop_options
+
+// Baseline code: asked on any CPU (the registry, tests).
+namespace openfia::internal {
+const Kernel* TileAvx512Bf16Kernel() { return &avx512bf16_target::kTile; }
+const Kernel* DecodeAvx512Bf16Kernel() { return &avx512bf16_target::kDecode; }
+const VectorOps* Avx512Bf16VectorOps() { return &avx512bf16_target::kOps; }
+bool Avx512Bf16DotRunsItem(const Problem& p, const WorkItem& w) {
+  return CpuRuns(Isa::kAvx512Bf16) && avx512bf16_target::DotItemOperandsOk(p) &&
+         !p.full_quant && w.head_rows() > avx512bf16_target::kStreamRows;
+}
+}  // namespace openfia::internal
+#else
+namespace openfia::internal {
+const Kernel* TileAvx512Bf16Kernel() { return nullptr; }
+const Kernel* DecodeAvx512Bf16Kernel() { return nullptr; }
+const VectorOps* Avx512Bf16VectorOps() { return nullptr; }
+bool Avx512Bf16DotRunsItem(const Problem&, const WorkItem&) { return false; }
+}  // namespace openfia::internal
+#endif

@@ -1,0 +1,1247 @@
+// openfia internal: the generic flash-attention tile loop, compiled once per SIMD target.
+//
+// Included (without include guard, on purpose) inside namespace openfia::internal::<target> by
+// each per-ISA file after it defines `struct V`, the target's vector traits:
+//   kW lanes; T the register type; Zero, Set1, Load, Store (unaligned f32); Fma(a, b, c) = a*b+c,
+//   Mul, Add, Sub, Max; ReduceMax, ReduceSum; Exp; ExpP (exp of x <= 0, 0 below -86.5,
+//   never subnormal); RoundBF16, RoundF16 (round each lane to the
+//   format, result as f32); LoadF16, LoadBF16, LoadI8 (kW elements -> f32); LoadI4 (kW / 2
+//   bytes, two's complement nibbles low first -> f32; unused when kW == 1); Transpose(T r[kW]).
+// The includer has already included <algorithm>, <cmath>, <cstring>, <limits>, common/convert.h,
+// engine/kernel.h, engine/kernels/generic/common.h and engine/kernels/generic/tile_scratch.h.
+//
+// Data flow of one work item (see engine/plan.h): pack its query rows once (f32, rope appended);
+// then per tile of kTileKeys keys: resolve every key's storage row once, pack K transposed
+// ([d][key], so the score kernel broadcasts one query element against kW keys) and V ([key][d]),
+// converting to f32 in registers; scores = Q * K^T (register-blocked FMA); online softmax in f32;
+// P rounded to the query dtype (SPEC 2.6); acc += P * V (register-blocked FMA). Tiles the band
+// proves empty are skipped; the band / bit mask is evaluated per element only on boundary tiles.
+
+#ifndef OPENFIA_ATTEND_ROWS
+#define OPENFIA_ATTEND_ROWS 4
+#define OPENFIA_ATTEND_COLS 4
+#endif
+// Register blocks live in registers only if the loops over R and C are fully unrolled.
+#define OPENFIA_UNROLL _Pragma("GCC unroll 32")
+constexpr int kRB = OPENFIA_ATTEND_ROWS;  // register block: rows
+constexpr int kCB = OPENFIA_ATTEND_COLS;  // register block: vectors of columns
+
+#ifndef OPENFIA_PREFETCH_TILES
+#define OPENFIA_PREFETCH_TILES 4
+#endif
+constexpr int W = V::kW;
+constexpr int64_t TN = kTileKeys;
+
+static_assert(TN % W == 0, "tile width must be a multiple of the vector width");
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+inline int64_t DOff(const Operand& o, int64_t d) {
+  return o.d_split > 0 ? (d / o.d_split) * o.sd_outer + (d % o.d_split) * o.sd : d * o.sd;
+}
+
+// True when W consecutive channels starting at a multiple of W are W consecutive elements.
+inline bool VecContiguous(const Operand& o) {
+  if (o.elem != Elem::kF32 && o.elem != Elem::kF16 && o.elem != Elem::kBF16) return false;
+  return o.sd == 1 && (o.d_split == 0 || o.d_split % W == 0);
+}
+
+// Channels [d0, d0 + W) of the row at element offset `off` of `base`, as f32.
+inline typename V::T LoadRow(const Operand& o, bool contig, const void* base, int64_t off,
+                             int64_t d0) {
+  if (contig) {
+    const int64_t e = off + DOff(o, d0);
+    switch (o.elem) {
+      case Elem::kF32: return V::Load(static_cast<const float*>(base) + e);
+      case Elem::kF16: return V::LoadF16(static_cast<const uint16_t*>(base) + e);
+      default: return V::LoadBF16(static_cast<const uint16_t*>(base) + e);
+    }
+  }
+  alignas(64) float t[W];
+  for (int i = 0; i < W; ++i) t[i] = cvt::Load(base, o.elem, off + DOff(o, d0 + i));
+  return V::Load(t);
+}
+
+// dst[d] = channel d of the row at element offset `off` of `base` (operand o), d < n, as f32:
+// whole vectors where the channels are contiguous (a scalar conversion per element cost a
+// quarter of a SparseAttnSharedkv prefill, whose items attend each query row to ~145 keys).
+inline void LoadRowF32(const Operand& o, const void* base, int64_t off, int64_t n, float* dst) {
+  const bool contig = VecContiguous(o);
+  int64_t d = 0;
+  if (contig)
+    for (; d + W <= n; d += W) V::Store(dst + d, LoadRow(o, true, base, off, d));
+  for (; d < n; ++d) dst[d] = cvt::Load(base, o.elem, off + DOff(o, d));
+}
+
+// Where logical key j of batch b, KV head hk lives in `kv` (SEMANTICS 1.7 / 1.10). coord gets the
+// dequant coordinates (problem.h Dequant): storage (b, s), or (batch, token position) when the
+// cache's scales are `logical`.
+inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j,
+                       const void** base, int64_t* off, uint8_t* from_prefix,
+                       int64_t* coord = nullptr) {
+  int64_t cb, cs;  // storage (b, s): the dequant coordinates (problem.h, Dequant)
+  if (j < p.prefix_len) {
+    *base = kv.prefix.Base(0);
+    *off = kv.prefix.Offset(0, hk, j, 0);
+    *from_prefix = 1;
+    cb = 0;
+    cs = j;
+  } else {
+    const int64_t t = p.kv_begin[b] + j - p.prefix_len;
+    *from_prefix = 0;
+    if (p.paged) {
+      cb = p.block_table[b * p.bt_stride + t / p.block_size];
+      cs = t % p.block_size;
+      *base = kv.cache.data;
+    } else {
+      cb = b;
+      cs = t;
+      *base = kv.cache.Base(b);
+    }
+    *off = kv.cache.Offset(cb, hk, cs, 0);
+    if (kv.dequant.logical) {  // per-token scales of a paged cache: (batch, token position)
+      cb = b;
+      cs = t;
+    }
+  }
+  if (coord) {
+    coord[0] = cb;
+    coord[1] = cs;
+  }
+}
+
+// Sparse key selection (problem.h): the list entry at position j of work item w's key list for
+// KV head hk (a sparse item has exactly one query row, so one list per KV head).
+inline int64_t ListEntry(const Problem& p, const WorkItem& w, int64_t hk, int64_t j) {
+  return p.key_offset[(p.q_row_base[w.b] + w.i0) * p.h_kv + hk] + j;
+}
+
+// Where list entry e lives: token key_index[e] of the batch's sequence in kv, or for an entry of
+// the second key source (key_source[e] != 0) token key_index[e] of kv2, reported as *second = 1:
+// the packing reads such keys through the `prefix` slot of the operand WithSecond() builds (a
+// problem with a second key source has no shared prefix, so the slot is free).
+inline void ResolveEntry(const Problem& p, const KvOperand& kv, const KvOperand& kv2, int64_t b,
+                         int64_t hk, int64_t e, const void** base, int64_t* off,
+                         uint8_t* second, int64_t* coord = nullptr) {
+  const int64_t t = p.key_index[e];
+  if (p.key_source.empty() || p.key_source[e] == 0) {
+    ResolveKey(p, kv, b, hk, p.prefix_len + t, base, off, second, coord);
+    return;
+  }
+  int64_t cb = b, cs = t;
+  if (p.block_table2 != nullptr) {
+    cb = p.block_table2[b * p.bt_stride2 + t / p.block_size2];
+    cs = t % p.block_size2;
+    *base = kv2.cache.data;
+  } else {
+    *base = kv2.cache.Base(b);
+  }
+  *off = kv2.cache.Offset(cb, hk, cs, 0);
+  *second = 1;
+  if (coord) {
+    coord[0] = cb;
+    coord[1] = cs;
+  }
+}
+
+// Logical key j of item w for KV head hk: the key range of dense problems, the position in the
+// row's key list under sparse selection. kv2 is the second key source (unused when absent).
+inline void ResolveItemKey(const Problem& p, const KvOperand& kv, const KvOperand& kv2,
+                           const WorkItem& w, int64_t hk, int64_t j, const void** base,
+                           int64_t* off, uint8_t* from_prefix, int64_t* coord = nullptr) {
+  if (p.key_offset.empty()) {
+    ResolveKey(p, kv, w.b, hk, j, base, off, from_prefix, coord);
+  } else {
+    ResolveEntry(p, kv, kv2, w.b, hk, ListEntry(p, w, hk, j), base, off, from_prefix, coord);
+  }
+}
+
+// kv with the second key source kv2 in its prefix slot (see ResolveEntry), for a problem with a
+// second key source.
+inline KvOperand WithSecond(const KvOperand& kv, const KvOperand& kv2) {
+  KvOperand m = kv;
+  m.prefix = kv2.cache;
+  m.prefix_dequant = kv2.dequant;
+  return m;
+}
+
+// Antiquant of the keys of one tile (SEMANTICS 1.9): (x + offset) * scale in fp32, rounded to the
+// query dtype, exactly as the reference; null Dequant pointers mean the operand is not quantized.
+struct TileDq {
+  const Dequant* cache = nullptr;
+  const Dequant* prefix = nullptr;
+  const int64_t* coord = nullptr;  // [key * 2]: storage (b, s) of each key of the tile
+  int64_t h = 0;
+  Elem qe = Elem::kF32;
+  bool any() const { return cache != nullptr || prefix != nullptr; }
+};
+
+inline TileDq MakeTileDq(const KvOperand& kv, const int64_t* coord, int64_t hk, Elem qe) {
+  TileDq t;
+  if (kv.dequant.kind != Dequant::Kind::kNone) t.cache = &kv.dequant;
+  if (kv.prefix_dequant.kind != Dequant::Kind::kNone) t.prefix = &kv.prefix_dequant;
+  t.coord = coord;
+  t.h = hk;
+  t.qe = qe;
+  return t;
+}
+
+// Channel d of key n (at element offset `off` of `base` in operand o), dequantized if needed.
+inline float LoadElem(const Operand& o, const TileDq& q, int64_t n, bool pre, const void* base,
+                      int64_t off, int64_t d) {
+  const float x = cvt::Load(base, o.elem, off + DOff(o, d));
+  const Dequant* dq = pre ? q.prefix : q.cache;
+  if (dq == nullptr) return x;
+  const int64_t idx = dq->Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], d);
+  const float scale = cvt::Load(dq->scale, dq->scale_elem, idx);
+  const float offset = dq->offset != nullptr ? cvt::Load(dq->offset, dq->offset_elem, idx) : 0.f;
+  const float sum = x + offset;
+  const float deq = sum * scale;
+  return cvt::RoundToElem(deq, q.qe);
+}
+
+// Vectorized antiquant of whole vectors of channels: int8 / int4 storage with unit channel
+// stride and a Dequant whose channel term is d * sd (storage coordinates), or tile-quantized rows
+// (kPerTile: int8, fp8 e4m3 or hifloat8, d_group a multiple of W so that a vector of channels
+// shares one scale). Same fp32 operations in the same order as LoadElem ((x + offset) * scale,
+// the absent offset being 0.f, then the query-dtype rounding), so the result is bitwise that of
+// the scalar path.
+inline bool DqFloatElem(Elem e) { return e == Elem::kFP8E4M3 || e == Elem::kHiF8; }
+
+inline bool DqVecOk(const Operand& o, const Dequant* dq) {
+  if (dq == nullptr || o.sd != 1 || o.d_split != 0) return false;
+  if (dq->kind == Dequant::Kind::kPerTile)
+    return (o.elem == Elem::kI8 || DqFloatElem(o.elem)) && dq->d_group > 0 &&
+           dq->d_group % W == 0;
+  return (o.elem == Elem::kI8 || o.elem == Elem::kI4) && dq->d_group == 0 &&
+         dq->kind != Dequant::Kind::kNone;
+}
+
+// W scale (or offset) values at idx, idx + sd, ...: a broadcast for sd == 0 (per token / head /
+// tensor), a vector load for sd == 1 (per channel).
+inline typename V::T LoadParam(const void* p, Elem e, int64_t idx, int64_t sd) {
+  if (sd == 0) return V::Set1(cvt::Load(p, e, idx));
+  if (sd == 1) {
+    switch (e) {
+      case Elem::kF32: return V::Load(static_cast<const float*>(p) + idx);
+      case Elem::kF16: return V::LoadF16(static_cast<const uint16_t*>(p) + idx);
+      case Elem::kBF16: return V::LoadBF16(static_cast<const uint16_t*>(p) + idx);
+      default: break;
+    }
+  }
+  alignas(64) float t[W];
+  for (int c = 0; c < W; ++c) t[c] = cvt::Load(p, e, idx + c * sd);
+  return V::Load(t);
+}
+
+// W quantized channels at element index e of `base`, as f32 (exact: small integers).
+inline typename V::T LoadQuant(const void* base, Elem elem, int64_t e) {
+  alignas(64) float t[W];
+  if (elem == Elem::kI8) {
+    const int8_t* src = static_cast<const int8_t*>(base) + e;
+    for (int c = 0; c < W; ++c) t[c] = static_cast<float>(src[c]);
+  } else if (DqFloatElem(elem)) {
+    for (int c = 0; c < W; ++c) t[c] = cvt::Load(base, elem, e + c);
+  } else if (W % 2 == 0 && (e & 1) == 0) {  // int4, byte aligned: low nibble first
+    const uint8_t* src = static_cast<const uint8_t*>(base) + (e >> 1);
+    for (int c = 0; c < W / 2; ++c) {
+      const uint8_t byte = src[c];
+      t[2 * c] = static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(byte << 4)) >> 4);
+      t[2 * c + 1] = static_cast<float>(static_cast<int8_t>(byte) >> 4);
+    }
+  } else {
+    for (int c = 0; c < W; ++c) t[c] = cvt::Load(base, elem, e + c);
+  }
+  return V::Load(t);
+}
+
+// Channels [d0, d0 + W) of key n, dequantized (DqVecOk(o, dq) holds).
+inline typename V::T LoadRowDq(const Operand& o, const Dequant& dq, const TileDq& q, int64_t n,
+                               const void* base, int64_t off, int64_t d0) {
+  typename V::T x = LoadQuant(base, o.elem, off + d0);
+  const int64_t idx = dq.Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], d0);
+  const int64_t sd = dq.d_group > 0 ? 0 : dq.sd;  // a tile's W channels share one parameter
+  if (dq.offset != nullptr) x = V::Add(x, LoadParam(dq.offset, dq.offset_elem, idx, sd));
+  else if (DqFloatElem(o.elem)) x = V::Add(x, V::Zero());  // LoadElem's x + 0.f: -0 -> +0
+  x = V::Mul(x, LoadParam(dq.scale, dq.scale_elem, idx, sd));
+  if (q.qe == Elem::kBF16) return V::RoundBF16(x);
+  if (q.qe == Elem::kF16) return V::RoundF16(x);
+  return x;
+}
+
+// The tile's rows prepared for the vectorized antiquant: every key in one operand with
+// DqVecOk, int4 rows byte aligned, and the scale / offset either one value per row (sd == 0:
+// per token / head / tensor), one vector over the channels shared by all rows (per channel), or
+// one value per row and channel tile (kPerTile, at most kDqGroups tiles).
+constexpr int64_t kDqGroups = 16;
+struct DqRows {
+  const void* row[TN];  // int8, fp8, hifloat8: channel 0 of key n; int4: its byte
+  float s[TN], o[TN];   // per row
+  alignas(64) float sc[1024], oc[1024];  // per channel
+  float sg[TN][kDqGroups], og[TN][kDqGroups];  // per row and channel tile
+  Elem elem = Elem::kI8;
+  bool per_row = true, has_off = false;
+  int64_t d_group = 0;  // > 0: per row and channel tile (sg / og)
+  Elem qe = Elem::kF32;
+};
+
+inline bool MakeDqRows(const KvOperand& kv, const void* const* base, const int64_t* off,
+                       const uint8_t* pre, int64_t nk, int64_t D, const TileDq& q, DqRows* r) {
+  const Operand& o = pre[0] ? kv.prefix : kv.cache;
+  const Dequant* dq = pre[0] ? q.prefix : q.cache;
+  if (!DqVecOk(o, dq) || D > 1024) return false;
+  for (int64_t n = 0; n < nk; ++n) {
+    if (pre[n] != pre[0]) return false;
+    if (o.elem == Elem::kI4 && (off[n] & 1) != 0) return false;
+  }
+  r->elem = o.elem;
+  r->qe = q.qe;
+  r->has_off = dq->offset != nullptr;
+  r->d_group = dq->kind == Dequant::Kind::kPerTile ? dq->d_group : 0;
+  if (r->d_group > 0) {
+    const int64_t groups = (D + r->d_group - 1) / r->d_group;
+    if (groups > kDqGroups) return false;
+    r->per_row = false;
+    for (int64_t n = 0; n < nk; ++n) {
+      r->row[n] = static_cast<const char*>(base[n]) + off[n];
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t idx =
+            dq->Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], g * r->d_group);
+        r->sg[n][g] = cvt::Load(dq->scale, dq->scale_elem, idx);
+        r->og[n][g] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx) : 0.f;
+      }
+    }
+    return true;
+  }
+  r->per_row = dq->sd == 0;
+  if (!r->per_row && (dq->sb != 0 || dq->ss != 0)) return false;  // per-row vectors: general path
+  for (int64_t n = 0; n < nk; ++n) {
+    r->row[n] = static_cast<const char*>(base[n]) + (o.elem == Elem::kI4 ? off[n] >> 1 : off[n]);
+    if (r->per_row) {
+      const int64_t idx = dq->Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], 0);
+      r->s[n] = cvt::Load(dq->scale, dq->scale_elem, idx);
+      r->o[n] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx) : 0.f;
+    }
+  }
+  if (!r->per_row) {
+    const int64_t idx = dq->Index(0, q.h, 0, 0);
+    for (int64_t d = 0; d < D; ++d) {
+      r->sc[d] = cvt::Load(dq->scale, dq->scale_elem, idx + d * dq->sd);
+      r->oc[d] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx + d * dq->sd) : 0.f;
+    }
+  }
+  return true;
+}
+
+// W quantized channels starting at channel d0 (a multiple of W) of a prepared row, as f32. The
+// float formats decode through their 256-entry tables.
+template <Elem E>
+inline typename V::T LoadQ(const void* row, int64_t d0) {
+  if constexpr (E == Elem::kI8) {
+    return V::LoadI8(static_cast<const int8_t*>(row) + d0);
+  } else if constexpr (E == Elem::kFP8E4M3 || E == Elem::kHiF8) {
+    const float* table = E == Elem::kFP8E4M3 ? cvt::Fp8E4M3Table() : cvt::HiF8Table();
+    const uint8_t* src = static_cast<const uint8_t*>(row) + d0;
+    alignas(64) float t[W];
+    for (int c = 0; c < W; ++c) t[c] = table[src[c]];
+    return V::Load(t);
+  } else if constexpr (W == 1) {
+    return V::Set1(cvt::Load(row, Elem::kI4, d0));
+  } else {
+    return V::LoadI4(static_cast<const uint8_t*>(row) + d0 / 2);
+  }
+}
+
+template <Elem E>
+inline typename V::T DqAt(const DqRows& r, int64_t n, int64_t d0) {
+  typename V::T x = LoadQ<E>(r.row[n], d0);
+  if (r.d_group > 0) {
+    const int64_t g = d0 / r.d_group;
+    if (r.has_off) x = V::Add(x, V::Set1(r.og[n][g]));
+    else if constexpr (E == Elem::kFP8E4M3 || E == Elem::kHiF8) x = V::Add(x, V::Zero());  // -0
+    x = V::Mul(x, V::Set1(r.sg[n][g]));
+  } else if (r.per_row) {
+    if (r.has_off) x = V::Add(x, V::Set1(r.o[n]));
+    x = V::Mul(x, V::Set1(r.s[n]));
+  } else {
+    if (r.has_off) x = V::Add(x, V::Load(r.oc + d0));
+    x = V::Mul(x, V::Load(r.sc + d0));
+  }
+  if (r.qe == Elem::kBF16) return V::RoundBF16(x);
+  if (r.qe == Elem::kF16) return V::RoundF16(x);
+  return x;
+}
+
+template <Elem E>
+inline void PackKTDq(const DqRows& f, int64_t nk, int64_t dfull, int64_t row0, float* kt) {
+  const int64_t npad = (nk + W - 1) / W * W;
+  for (int64_t n0 = 0; n0 < npad; n0 += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, nk - n0));
+    for (int64_t d0 = 0; d0 < dfull; d0 += W) {
+      typename V::T r[W];
+      if (m == W) {
+        OPENFIA_UNROLL
+        for (int i = 0; i < W; ++i) r[i] = DqAt<E>(f, n0 + i, d0);
+      } else {
+        for (int i = 0; i < W; ++i) r[i] = i < m ? DqAt<E>(f, n0 + i, d0) : V::Zero();
+      }
+      V::Transpose(r);
+      OPENFIA_UNROLL
+      for (int i = 0; i < W; ++i) V::Store(kt + (row0 + d0 + i) * TN + n0, r[i]);
+    }
+  }
+}
+
+template <Elem E>
+inline void PackVDq(const DqRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
+  for (int64_t n = 0; n < nk; ++n)
+    for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(v + n * ld + d0, DqAt<E>(f, n, d0));
+}
+
+// PackKTDq / PackVDq for the storage format of f.
+inline void PackKTDqAny(const DqRows& f, int64_t nk, int64_t dfull, int64_t row0, float* kt) {
+  switch (f.elem) {
+    case Elem::kI8: return PackKTDq<Elem::kI8>(f, nk, dfull, row0, kt);
+    case Elem::kFP8E4M3: return PackKTDq<Elem::kFP8E4M3>(f, nk, dfull, row0, kt);
+    case Elem::kHiF8: return PackKTDq<Elem::kHiF8>(f, nk, dfull, row0, kt);
+    default: return PackKTDq<Elem::kI4>(f, nk, dfull, row0, kt);
+  }
+}
+
+inline void PackVDqAny(const DqRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
+  switch (f.elem) {
+    case Elem::kI8: return PackVDq<Elem::kI8>(f, nk, dfull, ld, v);
+    case Elem::kFP8E4M3: return PackVDq<Elem::kFP8E4M3>(f, nk, dfull, ld, v);
+    case Elem::kHiF8: return PackVDq<Elem::kHiF8>(f, nk, dfull, ld, v);
+    default: return PackVDq<Elem::kI4>(f, nk, dfull, ld, v);
+  }
+}
+
+// Prefetches the rows of keys [j0, j1) (row-contiguous storage only): decode streams K and V
+// from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
+// not follow across pages; asking one tile ahead keeps enough misses in flight.
+constexpr int64_t kPrefetchTiles = OPENFIA_PREFETCH_TILES;
+inline void PrefetchKeys(const Problem& p, const KvOperand& kv, const KvOperand& kv2,
+                         const WorkItem& w, int64_t hk, int64_t n_hk, int64_t j0, int64_t j1,
+                         int64_t D) {
+  const Elem e = kv.cache.elem;
+  if (kv.cache.sd != 1 || kv.cache.d_split != 0) return;
+  const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
+  const bool i4 = e == Elem::kI4;  // two elements a byte
+  const int64_t bytes = i4 ? (D + 1) / 2 : D * size;
+  const int64_t sh = kv.cache.Sh(w.b);
+  const int64_t head_bytes = i4 ? sh / 2 : sh * size;
+  for (int64_t j = std::max(j0, p.prefix_len); j < j1; ++j) {
+    const void* base;
+    int64_t off;
+    uint8_t pre;
+    ResolveItemKey(p, kv, kv2, w, hk, j, &base, &off, &pre);
+    const char* row = static_cast<const char*>(base) + (i4 ? off / 2 : off * size);
+    for (int64_t h = 0; h < n_hk; ++h, row += head_bytes) {  // heads: a linear stride (sh)
+      for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
+      __builtin_prefetch(row + bytes - 1);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing
+
+// Typed loads of W elements at element index e of row pointer `row`.
+template <Elem E>
+inline typename V::T LoadAt(const void* row, int64_t e) {
+  if constexpr (E == Elem::kF32) return V::Load(static_cast<const float*>(row) + e);
+  else if constexpr (E == Elem::kF16) return V::LoadF16(static_cast<const uint16_t*>(row) + e);
+  else return V::LoadBF16(static_cast<const uint16_t*>(row) + e);
+}
+
+// The tile's keys all live in one vector-contiguous operand: row[n] points at channel 0 of key n
+// (typed element pointer) and doff[k] is the element offset of channel k * W.
+struct FastRows {
+  const void* row[TN];
+  int64_t doff[1024 / W + 1];
+  bool ok = false;
+  bool linear = false;  // doff[k] == k * W
+};
+
+inline bool MakeFastRows(const KvOperand& kv, const void* const* base, const int64_t* off,
+                         const uint8_t* pre, int64_t nk, int64_t D, FastRows* f) {
+  const Operand& o = pre[0] ? kv.prefix : kv.cache;
+  if (!VecContiguous(o) || D / W > 1024 / W) return false;
+  for (int64_t n = 0; n < nk; ++n)
+    if (pre[n] != pre[0]) return false;
+  const int64_t size = o.elem == Elem::kF32 ? 4 : 2;
+  for (int64_t n = 0; n < nk; ++n) f->row[n] = static_cast<const char*>(base[n]) + off[n] * size;
+  f->linear = true;
+  for (int64_t k = 0; k * W < D; ++k) {
+    f->doff[k] = DOff(o, k * W);
+    f->linear = f->linear && f->doff[k] == k * W;
+  }
+  return true;
+}
+
+// kAlsoV: the rows are the values too (K = V, SparseAttnSharedkv): each W x W block is also
+// stored untransposed into v (row stride ld), so the rows are read and converted once.
+template <Elem E, bool kAlsoV = false>
+inline void PackKTFast(const FastRows& f, int64_t nk, int64_t D, int64_t row0, float* kt,
+                       float* v = nullptr, int64_t ld = 0) {
+  const int64_t npad = (nk + W - 1) / W * W, dfull = D / W * W;
+  for (int64_t n0 = 0; n0 < npad; n0 += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, nk - n0));
+    const void* rows[W];  // local copies: the stores below could alias f as far as GCC knows
+    for (int i = 0; i < W; ++i) rows[i] = i < m ? f.row[n0 + i] : nullptr;
+    for (int64_t d0 = 0; d0 < dfull; d0 += W) {
+      typename V::T r[W];
+      const int64_t e = f.doff[d0 / W];
+      if (m == W) {
+        OPENFIA_UNROLL
+        for (int i = 0; i < W; ++i) r[i] = LoadAt<E>(rows[i], e);
+      } else {
+        for (int i = 0; i < W; ++i) r[i] = i < m ? LoadAt<E>(rows[i], e) : V::Zero();
+      }
+      if constexpr (kAlsoV)
+        for (int i = 0; i < m; ++i) V::Store(v + (n0 + i) * ld + d0, r[i]);
+      V::Transpose(r);
+      OPENFIA_UNROLL
+      for (int i = 0; i < W; ++i) V::Store(kt + (row0 + d0 + i) * TN + n0, r[i]);
+    }
+  }
+}
+
+// kt[(row0 + d) * TN + n] = channel d of key n, for d < D, n < round_up(nk, W) (zeros past nk).
+inline void PackKT(const KvOperand& kv, const void* const* base, const int64_t* off,
+                   const uint8_t* pre, int64_t nk, int64_t D, int64_t row0, float* kt,
+                   FastRows* fast, const TileDq& dq, DqRows* dq_rows = nullptr) {
+  const int64_t npad = (nk + W - 1) / W * W;
+  const int64_t dfull = D / W * W;
+  if (dq.any() && dq_rows != nullptr && MakeDqRows(kv, base, off, pre, nk, D, dq, dq_rows)) {
+    PackKTDqAny(*dq_rows, nk, dfull, row0, kt);
+  } else if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+    switch ((pre[0] ? kv.prefix : kv.cache).elem) {
+      case Elem::kF32: PackKTFast<Elem::kF32>(*fast, nk, D, row0, kt); break;
+      case Elem::kF16: PackKTFast<Elem::kF16>(*fast, nk, D, row0, kt); break;
+      default: PackKTFast<Elem::kBF16>(*fast, nk, D, row0, kt); break;
+    }
+  } else {
+    const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
+    for (int64_t n0 = 0; n0 < npad; n0 += W) {
+      for (int64_t d0 = 0; d0 < dfull; d0 += W) {
+        typename V::T r[W];
+        for (int i = 0; i < W; ++i) {
+          const int64_t n = n0 + i;
+          if (n < nk) {
+            const Operand& o = pre[n] ? kv.prefix : kv.cache;
+            if (dq.any()) {
+              const Dequant* d = pre[n] ? dq.prefix : dq.cache;
+              if (DqVecOk(o, d)) {
+                r[i] = LoadRowDq(o, *d, dq, n, base[n], off[n], d0);
+              } else {
+                alignas(64) float t[W];
+                for (int c = 0; c < W; ++c)
+                  t[c] = LoadElem(o, dq, n, pre[n], base[n], off[n], d0 + c);
+                r[i] = V::Load(t);
+              }
+            } else {
+              r[i] = LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0);
+            }
+          } else {
+            r[i] = V::Zero();
+          }
+        }
+        V::Transpose(r);
+        for (int i = 0; i < W; ++i) V::Store(kt + (row0 + d0 + i) * TN + n0, r[i]);
+      }
+    }
+  }
+  for (int64_t n0 = 0; n0 < npad; n0 += W) {
+    for (int64_t d = dfull; d < D; ++d) {
+      for (int64_t n = n0; n < n0 + W; ++n) {
+        float x = 0.f;
+        if (n < nk) {
+          const Operand& o = pre[n] ? kv.prefix : kv.cache;
+          x = LoadElem(o, dq, n, pre[n], base[n], off[n], d);
+        }
+        kt[(row0 + d) * TN + n] = x;
+      }
+    }
+  }
+}
+
+// dst[d] = 0 for D <= d < ld (a packed row's padding).
+inline void ZeroPad(float* dst, int64_t D, int64_t ld) {
+  int64_t d = D;
+  if (D % W == 0)
+    for (; d + W <= ld; d += W) V::Store(dst + d, V::Zero());
+  for (; d < ld; ++d) dst[d] = 0.f;
+}
+
+template <Elem E>
+inline void PackVFast(const FastRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
+  for (int64_t n = 0; n < nk; ++n) {
+    float* const dst = v + n * ld;
+    const void* const src = f.row[n];
+    if (f.linear) {
+      for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(dst + d0, LoadAt<E>(src, d0));
+    } else {
+      for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(dst + d0, LoadAt<E>(src, f.doff[d0 / W]));
+    }
+  }
+}
+
+// v[n * ld + d] = channel d of value n for n < nk, d < ld (zeros past D).
+inline void PackV(const KvOperand& kv, const void* const* base, const int64_t* off,
+                  const uint8_t* pre, int64_t nk, int64_t D, int64_t ld, float* v,
+                  FastRows* fast, const TileDq& dq, DqRows* dq_rows = nullptr) {
+  const int64_t dfull = D / W * W;
+  if (dq.any() && dq_rows != nullptr && MakeDqRows(kv, base, off, pre, nk, D, dq, dq_rows)) {
+    PackVDqAny(*dq_rows, nk, dfull, ld, v);
+  } else if (!dq.any() && MakeFastRows(kv, base, off, pre, nk, D, fast)) {
+    switch ((pre[0] ? kv.prefix : kv.cache).elem) {
+      case Elem::kF32: PackVFast<Elem::kF32>(*fast, nk, dfull, ld, v); break;
+      case Elem::kF16: PackVFast<Elem::kF16>(*fast, nk, dfull, ld, v); break;
+      default: PackVFast<Elem::kBF16>(*fast, nk, dfull, ld, v); break;
+    }
+  } else {
+    const bool cc = VecContiguous(kv.cache), pc = VecContiguous(kv.prefix);
+    for (int64_t n = 0; n < nk; ++n) {
+      const Operand& o = pre[n] ? kv.prefix : kv.cache;
+      const Dequant* d = dq.any() ? (pre[n] ? dq.prefix : dq.cache) : nullptr;
+      if (DqVecOk(o, d)) {
+        for (int64_t d0 = 0; d0 < dfull; d0 += W)
+          V::Store(v + n * ld + d0, LoadRowDq(o, *d, dq, n, base[n], off[n], d0));
+        continue;
+      }
+      for (int64_t d0 = 0; d0 < dfull; d0 += W) {
+        if (dq.any()) {
+          for (int c = 0; c < W; ++c)
+            v[n * ld + d0 + c] = LoadElem(o, dq, n, pre[n], base[n], off[n], d0 + c);
+        } else {
+          V::Store(v + n * ld + d0, LoadRow(o, pre[n] ? pc : cc, base[n], off[n], d0));
+        }
+      }
+    }
+  }
+  for (int64_t n = 0; n < nk; ++n) {
+    const Operand& o = pre[n] ? kv.prefix : kv.cache;
+    float* dst = v + n * ld;
+    for (int64_t d = dfull; d < D; ++d) dst[d] = LoadElem(o, dq, n, pre[n], base[n], off[n], d);
+    ZeroPad(dst, D, ld);
+  }
+}
+
+// Operands whose rows at the same offsets hold the same values, channel for channel.
+inline bool SameLayout(const Operand& a, const Operand& b) {
+  return a.data == b.data && a.batch_data == b.batch_data && a.elem == b.elem && a.sd == b.sd &&
+         a.d_split == b.d_split && a.sd_outer == b.sd_outer;
+}
+
+// K = V (SparseAttnSharedkv; any FIA call given the same tensor twice): the same unquantized
+// operands, whole vectors of channels, no rope (checked once per item).
+inline bool KvShared(const Problem& p, const KvOperand& kx, const KvOperand& vx, int64_t D) {
+  return p.d_rope == 0 && p.d_v == p.d_qk && D % W == 0 &&
+         kx.dequant.kind == Dequant::Kind::kNone && vx.dequant.kind == Dequant::Kind::kNone &&
+         kx.prefix_dequant.kind == Dequant::Kind::kNone &&
+         vx.prefix_dequant.kind == Dequant::Kind::kNone && SameLayout(kx.cache, vx.cache) &&
+         SameLayout(kx.prefix, vx.prefix);
+}
+
+// With KvShared: when every key of the tile has the same storage row as its value, packs kt
+// (as PackKT) and v (as PackV) in one pass over the rows; with_kt false: v only (the scores
+// then come from v: ScoresFromRows).
+inline bool PackKVShared(const KvOperand& kx, const TileScratch& sc, int64_t nk, int64_t D,
+                         int64_t ld, FastRows* fast, bool with_kt = true) {
+  for (int64_t n = 0; n < nk; ++n)
+    if (sc.kbase[n] != sc.vbase[n] || sc.koff[n] != sc.voff[n]) return false;
+  if (!MakeFastRows(kx, sc.kbase, sc.koff, sc.kpre, nk, D, fast)) return false;
+  const Elem e = (sc.kpre[0] ? kx.prefix : kx.cache).elem;
+  if (!with_kt) {
+    switch (e) {
+      case Elem::kF32: PackVFast<Elem::kF32>(*fast, nk, D, ld, sc.v); break;
+      case Elem::kF16: PackVFast<Elem::kF16>(*fast, nk, D, ld, sc.v); break;
+      default: PackVFast<Elem::kBF16>(*fast, nk, D, ld, sc.v); break;
+    }
+  } else {
+    switch (e) {
+      case Elem::kF32: PackKTFast<Elem::kF32, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
+      case Elem::kF16: PackKTFast<Elem::kF16, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
+      default: PackKTFast<Elem::kBF16, true>(*fast, nk, D, 0, sc.kt, sc.v, ld); break;
+    }
+  }
+  for (int64_t n = 0; n < nk; ++n) ZeroPad(sc.v + n * ld, D, ld);
+  return true;
+}
+
+// True when a packed value is not finite. Then a boundary tile's masked cells must be skipped,
+// not multiplied by P = 0 (PvMasked), and every tile keeps the exact exp (a tiny P times inf is
+// inf; ExpP would make it 0 x inf = NaN). Full tiles need no mask: every cell is visible and a
+// NaN must propagate.
+inline bool AnyNonFinite(const float* v, int64_t nk, int64_t ld) {
+  // x - x is 0 for finite x and NaN otherwise; four sums, so that the pass is not one chain of
+  // dependent additions (every tile of the packed path runs it).
+  typename V::T bad[4] = {V::Zero(), V::Zero(), V::Zero(), V::Zero()};
+  const int64_t n = nk * ld;
+  int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W)
+    for (int k = 0; k < 4; ++k) {
+      const typename V::T x = V::Load(v + i + k * W);
+      bad[k] = V::Add(bad[k], V::Sub(x, x));
+    }
+  for (; i < n; i += W) {
+    const typename V::T x = V::Load(v + i);
+    bad[0] = V::Add(bad[0], V::Sub(x, x));
+  }
+  return V::ReduceSum(V::Add(V::Add(bad[0], bad[1]), V::Add(bad[2], bad[3]))) != 0.f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Micro-kernels
+
+
+// c[r * ldc + j] (+)= sum_{k < K} a[r * lda + k] * b[k * ldb + j] for R rows and C vectors of
+// columns j: broadcast a, FMA into R x C register accumulators, which start at zero (scores) or
+// at c (ACC: the P V accumulators).
+template <int R, int C, bool ACC>
+inline void GemmBlock(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t K,
+                      float* c, int64_t ldc) {
+  typename V::T acc[R][C];
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < C; ++j) acc[r][j] = ACC ? V::Load(c + r * ldc + j * W) : V::Zero();
+  for (int64_t k = 0; k < K; ++k) {
+    typename V::T x[C];
+    OPENFIA_UNROLL
+    for (int j = 0; j < C; ++j) x[j] = V::Load(b + k * ldb + j * W);
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const typename V::T ab = V::Set1(a[r * lda + k]);
+      OPENFIA_UNROLL
+      for (int j = 0; j < C; ++j) acc[r][j] = V::Fma(ab, x[j], acc[r][j]);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < C; ++j) V::Store(c + r * ldc + j * W, acc[r][j]);
+}
+
+// c[r * ldc + j] (+)= sum_{k < K} a[r * lda + k] * b[k * ldb + j] for r < m and j < ncols (a
+// multiple of W), from zero (scores) or c (ACC: the P V accumulators): register blocks of kRB
+// rows x kCB vectors, narrower at the edges.
+template <bool ACC, int R>
+inline void GemmRows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t ncols,
+                     int64_t K, float* c, int64_t ldc) {
+  int64_t c0 = 0;
+  for (; c0 + kCB * W <= ncols; c0 += kCB * W)
+    GemmBlock<R, kCB, ACC>(a, lda, b + c0, ldb, K, c + c0, ldc);
+  for (; c0 < ncols; c0 += W) GemmBlock<R, 1, ACC>(a, lda, b + c0, ldb, K, c + c0, ldc);
+}
+
+template <bool ACC, int R>
+inline void GemmTail(int64_t rem, const float* a, int64_t lda, const float* b, int64_t ldb,
+                     int64_t ncols, int64_t K, float* c, int64_t ldc) {
+  if constexpr (R > 0) {
+    if (rem == R) return GemmRows<ACC, R>(a, lda, b, ldb, ncols, K, c, ldc);
+    GemmTail<ACC, R - 1>(rem, a, lda, b, ldb, ncols, K, c, ldc);
+  }
+}
+
+template <bool ACC>
+inline void Gemm(const float* a, int64_t lda, int64_t m, const float* b, int64_t ldb,
+                 int64_t ncols, int64_t K, float* c, int64_t ldc) {
+  int64_t r0 = 0;
+  for (; r0 + kRB <= m; r0 += kRB)
+    GemmRows<ACC, kRB>(a + r0 * lda, lda, b, ldb, ncols, K, c + r0 * ldc, ldc);
+  GemmTail<ACC, kRB - 1>(m - r0, a + r0 * lda, lda, b, ldb, ncols, K, c + r0 * ldc, ldc);
+}
+
+// s[r * TN + c] = sum_d q[r * ldq + d] * kt[d * TN + c] for r < rows, c < npad.
+inline void Scores(const float* q, int64_t ldq, int64_t rows, const float* kt, int64_t D,
+                   int64_t npad, float* s) {
+  Gemm<false>(q, ldq, rows, kt, TN, npad, D, s, TN);
+}
+
+// dst[i * ldd + j] = src[j * lds + i] for i, j < W: source rows j >= src_rows read as zeros,
+// destination rows i >= dst_rows not written.
+inline void TransposeBlock(const float* src, int64_t lds, int64_t src_rows, float* dst,
+                           int64_t ldd, int64_t dst_rows) {
+  typename V::T x[W];
+  for (int j = 0; j < W; ++j) x[j] = j < src_rows ? V::Load(src + j * lds) : V::Zero();
+  V::Transpose(x);
+  const int m = static_cast<int>(std::min<int64_t>(W, dst_rows));
+  for (int i = 0; i < m; ++i) V::Store(dst + i * ldd, x[i]);
+}
+
+// Scores of a K = V tile from its packed row-major values, without a transposed K (its packing
+// is a transpose per W x W block: a third of a SparseAttnSharedkv decode's packing work, and
+// kt's 128 KB at D = 512 beside Q, V and the accumulators overflow a 512 KB L2). The roles of
+// the operands swap: st[n * ldt + r] = sum_d v[n * vs + d] * qt[d * ldt + r] for keys n < nk and
+// the ldt (a multiple of W) columns of the transposed query rows qt, then s[r * TN + n] =
+// st[n * ldt + r] for r < rows, zeros for the padding keys [nk, npad). Each score is the same
+// FMAs in the same order as Scores computes it (an FMA's product does not depend on the order
+// of its factors), so the result is bitwise that of Scores.
+inline void ScoresFromRows(const float* v, int64_t vs, int64_t nk, const float* qt, int64_t ldt,
+                           int64_t rows, int64_t D, int64_t npad, float* st, float* s) {
+  Gemm<false>(v, vs, nk, qt, ldt, ldt, D, st, ldt);
+  for (int64_t n0 = 0; n0 < npad; n0 += W)
+    for (int64_t r0 = 0; r0 < rows; r0 += W)
+      TransposeBlock(st + n0 * ldt + r0, ldt, nk - n0, s + r0 * TN + n0, TN, rows - r0);
+}
+
+// qt[d * ldt + r] = q[r * ldq + d] for d < D (a multiple of W), r < ldt (a multiple of W; zeros
+// past rows).
+inline void TransposeQuery(const float* q, int64_t ldq, int64_t rows, int64_t D, int64_t ldt,
+                           float* qt) {
+  for (int64_t r0 = 0; r0 < ldt; r0 += W)
+    for (int64_t d0 = 0; d0 < D; d0 += W)
+      TransposeBlock(q + r0 * ldq + d0, ldq, rows - r0, qt + d0 * ldt + r0, ldt, W);
+}
+
+// acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * v[n * vs + c] for r < rows, c < ldv: v rows
+// at stride vs.
+inline void Pv(const float* p, int64_t rows, const float* v, int64_t vs, int64_t ldv, int64_t nk,
+               float* acc, int64_t lda) {
+  Gemm<true>(p, TN, rows, v, vs, ldv, nk, acc, lda);
+}
+
+// Boundary tile with non-finite values: a masked cell must contribute nothing (not 0 * NaN).
+inline void PvMasked(const float* p, int64_t rows, const uint8_t* vis, int64_t nq, const float* v,
+                     int64_t vs, int64_t ldv, int64_t nk, float* acc, int64_t lda) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* vr = vis + (r % nq) * TN;
+    for (int64_t n = 0; n < nk; ++n) {
+      if (!vr[n]) continue;
+      const typename V::T pb = V::Set1(p[r * TN + n]);
+      for (int64_t c = 0; c < ldv; c += W)
+        V::Store(acc + r * lda + c,
+                 V::Fma(pb, V::Load(v + n * vs + c), V::Load(acc + r * lda + c)));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming (no-pack) kernels for few rows per work item (decode: the GQA heads of one KV head).
+// With so few rows every K/V byte is used by only a handful of FMAs, so packing the tile costs
+// more than it saves: each K row (D contiguous channels) is converted in registers and dotted
+// with the rows' queries; each V row is converted and accumulated into the rows' outputs.
+// P * V performs exactly the FMAs of Pv in the same order (bitwise equal to the packed path); a
+// score is the same dot product with the channel sum taken in W lane-wise partial sums first.
+
+constexpr int64_t kStreamRows = 16;  // at most this many rows per item take the streaming path
+
+// s[r * TN + n] = q[r] . K[n] for R rows, keys n < nk.
+template <Elem E, int R>
+inline void StreamScoreRows(const FastRows& f, int64_t nk, const float* q, int64_t ldq,
+                            int64_t D, float* s) {
+  const int64_t nd = D / W;
+  for (int64_t n = 0; n < nk; ++n) {
+    typename V::T acc[R];
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) acc[r] = V::Zero();
+    const void* row = f.row[n];
+    for (int64_t k = 0; k < nd; ++k) {
+      const typename V::T x = LoadAt<E>(row, f.doff[k]);
+      OPENFIA_UNROLL
+      for (int r = 0; r < R; ++r) acc[r] = V::Fma(V::Load(q + r * ldq + k * W), x, acc[r]);
+    }
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) s[r * TN + n] = V::ReduceSum(acc[r]);
+  }
+}
+
+template <Elem E, int R>
+inline void StreamScoreTail(int64_t rem, const FastRows& f, int64_t nk, const float* q,
+                            int64_t ldq, int64_t D, float* s) {
+  if constexpr (R > 0) {
+    if (rem == R) return StreamScoreRows<E, R>(f, nk, q, ldq, D, s);
+    StreamScoreTail<E, R - 1>(rem, f, nk, q, ldq, D, s);
+  }
+}
+
+template <Elem E>
+inline void StreamScores(const FastRows& f, int64_t nk, const float* q, int64_t ldq,
+                         int64_t rows, int64_t D, float* s) {
+  constexpr int kR = 8;
+  int64_t r0 = 0;
+  for (; r0 + kR <= rows; r0 += kR)
+    StreamScoreRows<E, kR>(f, nk, q + r0 * ldq, ldq, D, s + r0 * TN);
+  StreamScoreTail<E, kR - 1>(rows - r0, f, nk, q + r0 * ldq, ldq, D, s + r0 * TN);
+}
+
+// acc[r * lda + c] += sum_{n < nk} p[r * TN + n] * V[n][c], R rows, C vectors of channels.
+template <Elem E, int R, int C>
+inline void StreamPvBlock(const float* p, const FastRows& f, int64_t k0, int64_t nk, float* acc,
+                          int64_t lda) {
+  typename V::T a[R][C];
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) a[r][c] = V::Load(acc + r * lda + c * W);
+  for (int64_t n = 0; n < nk; ++n) {
+    typename V::T x[C];
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) x[c] = LoadAt<E>(f.row[n], f.doff[k0 + c]);
+    OPENFIA_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const typename V::T pb = V::Set1(p[r * TN + n]);
+      OPENFIA_UNROLL
+      for (int c = 0; c < C; ++c) a[r][c] = V::Fma(pb, x[c], a[r][c]);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < R; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < C; ++c) V::Store(acc + r * lda + c * W, a[r][c]);
+}
+
+template <Elem E, int R>
+inline void StreamPvRows(const float* p, const FastRows& f, int64_t Dv, int64_t nk, float* acc,
+                         int64_t lda) {
+  int64_t c0 = 0;
+  for (; c0 + kCB * W <= Dv; c0 += kCB * W)
+    StreamPvBlock<E, R, kCB>(p, f, c0 / W, nk, acc + c0, lda);
+  for (; c0 < Dv; c0 += W) StreamPvBlock<E, R, 1>(p, f, c0 / W, nk, acc + c0, lda);
+}
+
+template <Elem E, int R>
+inline void StreamPvTail(int64_t rem, const float* p, const FastRows& f, int64_t Dv, int64_t nk,
+                         float* acc, int64_t lda) {
+  if constexpr (R > 0) {
+    if (rem == R) return StreamPvRows<E, R>(p, f, Dv, nk, acc, lda);
+    StreamPvTail<E, R - 1>(rem, p, f, Dv, nk, acc, lda);
+  }
+}
+
+template <Elem E>
+inline void StreamPv(const float* p, int64_t rows, const FastRows& f, int64_t Dv, int64_t nk,
+                     float* acc, int64_t lda) {
+  int64_t r0 = 0;
+  for (; r0 + kRB <= rows; r0 += kRB)
+    StreamPvRows<E, kRB>(p + r0 * TN, f, Dv, nk, acc + r0 * lda, lda);
+  StreamPvTail<E, kRB - 1>(rows - r0, p + r0 * TN, f, Dv, nk, acc + r0 * lda, lda);
+}
+
+inline Elem FastElem(const KvOperand& kv, const uint8_t* pre) {
+  return (pre[0] ? kv.prefix : kv.cache).elem;
+}
+
+#if defined(OPENFIA_ATTEND_BF16DOT) && defined(__aarch64__)
+#include "engine/kernels/neon/attend_dot_neon-inl.h"
+#elif defined(OPENFIA_ATTEND_BF16DOT)
+#include "engine/kernels/avx512/attend_dot-inl.h"
+#endif
+#include "engine/kernels/generic/attend_fullquant-inl.h"
+
+// ---------------------------------------------------------------------------------------------
+// The tile loop
+
+inline float ExpScalar(float x) {
+  alignas(64) float t[W];
+  V::Store(t, V::Exp(V::Set1(x)));
+  return t[0];
+}
+
+// Row r of item w (KV head hk) before its softmax, scores already scaled: the pse bias added,
+// cells the tile's visibility hides (boundary tiles, !full) and the padding [nk, npad) set to
+// -inf.
+inline void BiasAndMaskRow(const Problem& p, const WorkItem& w, const ItemOrigins& org,
+                           int64_t hk, int64_t r, int64_t jt0, int64_t nk, int64_t npad,
+                           bool full, const uint8_t* vis, float* s) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t nq = w.i1 - w.i0;
+  if (p.pse) {
+    const int64_t h = hk * p.group() + w.g0 + r / nq, i = w.i0 + r % nq;
+    const int64_t po = w.b * p.pse_sb + h * p.pse_sh + (org.pse_row0 + i) * p.pse_ss +
+                       (org.pse_col0 + jt0) * p.pse_sk;
+    for (int64_t n = 0; n < nk; ++n) s[n] += cvt::Load(p.pse, p.pse_elem, po + n * p.pse_sk);
+  }
+  if (!full) {
+    const uint8_t* vr = vis + (r % nq) * TN;
+    for (int64_t n = 0; n < nk; ++n)
+      if (!vr[n]) s[n] = kNegInf;
+  }
+  for (int64_t n = nk; n < npad; ++n) s[n] = kNegInf;
+}
+
+inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
+                       const RowStates& out) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
+  const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
+  const int64_t vs = PackedVStride(ldv);  // row stride of the packed V tile
+  const float scale = static_cast<float>(p.scale);
+  const Elem pe = p.q.elem;  // P is rounded to the query dtype before P * V (SPEC 2.6)
+  const ItemOrigins org = OriginsOf(p, b);
+  const int64_t pre = org.pre, next = org.next;
+
+  ResetRowStates(out, rows, ldv);
+  if (w.j0 >= w.j1) return;
+
+  // Query rows, rope appended, as f32.
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = w.hk * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+    float* dst = sc.q + r * ldq;
+    LoadRowF32(p.q, p.q.Base(b), p.q.Offset(b, h, row, 0), p.d_qk, dst);
+    if (p.d_rope > 0)
+      LoadRowF32(p.q_rope, p.q_rope.Base(b), p.q_rope.Offset(b, h, row, 0), p.d_rope,
+                 dst + p.d_qk);
+  }
+
+#if defined(OPENFIA_ATTEND_BF16DOT)
+  // Dot tiles (attend_dot-inl.h) for items whose operands are all bf16 values; the query rows
+  // in pair form once per item.
+  const int64_t ldqp = ldq / 2;
+  const bool dot_item = DotItemOk(p, sc.q, rows, ldq, D);
+  if (dot_item) QueryPairs(sc.q, rows, ldq, D, sc.qp, ldqp);
+#endif
+
+  // The KV operands the tile loop reads: with a second key source (SparseAttnSharedkv) its keys
+  // come through the prefix slot (WithSecond / ResolveEntry).
+  // (Copied only then: an operand of a tensor-list problem owns a vector of batch pointers.)
+  const bool two = p.k2.cache.present();
+  KvOperand k_two, v_two;
+  if (two) {
+    k_two = WithSecond(p.k, p.k2);
+    v_two = WithSecond(p.v, p.v2);
+  }
+  const KvOperand& Kx = two ? k_two : p.k;
+  const KvOperand& Vx = two ? v_two : p.v;
+  const KvOperand& Rx = p.k_rope;
+  const bool kv_shared = KvShared(p, Kx, Vx, D);
+  // K = V items with at least a register block's width of rows per KV head (SparseAttnSharedkv:
+  // the 64 heads of a KV head) score each tile from its packed values (ScoresFromRows): no
+  // transposed K. Only the fp32 products (the dot tiles pack kt for their pair forms).
+  // Each KV head's rows transposed on their own ([D][ldt] at sc.qt + hx * D * ldt).
+  const int64_t ldt = (w.head_rows() + W - 1) / W * W;
+  bool from_rows = kv_shared && sc.qt != nullptr && w.head_rows() >= kCB * W && ldt <= D &&
+                   w.n_hk * ldt <= sc.qt_ld;
+#if defined(OPENFIA_ATTEND_BF16DOT)
+  from_rows = from_rows && !dot_item;
+#endif
+  if (from_rows)
+    for (int64_t hx = 0; hx < w.n_hk; ++hx)
+      TransposeQuery(sc.q + hx * w.head_rows() * ldq, ldq, w.head_rows(), D, ldt,
+                     sc.qt + hx * D * ldt);
+
+  FastRows fast, fastv;
+  DqRows dq_rows;  // reused by every antiquant pack (each fills it for its own operand)
+  // Rows of one KV head; a multi-head item (decode) runs the heads one after the other on each
+  // tile, so each head's rows see exactly the operations of a single-head item.
+  const int64_t hrows = w.head_rows();
+  const bool stream_ok = hrows <= kStreamRows && p.d_rope == 0 && D % W == 0 && Dv % W == 0;
+  const int64_t tile0 = w.j0 / TN * TN;
+  const int64_t pf_keys = std::max<int64_t>(W, kPrefetchTiles * TN / w.n_hk);
+  const bool same_kv_rows = kv_shared && p.k.cache.data != nullptr &&
+                            p.v.cache.data == p.k.cache.data &&
+                            p.v.prefix.data == p.k.prefix.data &&
+                            p.v2.cache.data == p.k2.cache.data;
+  for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
+    const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
+    // Some row i in [i0, i1) sees a key in [jt0, jt1) iff i - pre <= jt1 - 1 and jt0 <= i + next.
+    if (std::max(w.i0, jt0 - next) > std::min(w.i1 - 1, jt1 - 1 + pre)) continue;
+    const bool full = p.mask == nullptr && (w.i1 - 1) - pre <= jt0 && jt1 - 1 <= w.i0 + next;
+    const int64_t npad = (nk + W - 1) / W * W;
+
+    {  // keep about kPrefetchTiles single-head tiles of K and V in flight (in bytes: an item
+       // of n_hk heads reads n_hk times more per key, so it looks n_hk times fewer keys ahead)
+      const int64_t pf0 = t0 == tile0 ? jt1 : std::min(w.j1, t0 + pf_keys);
+      const int64_t pf1 = std::min(w.j1, t0 + TN + pf_keys);
+      if (pf0 < pf1) {
+        PrefetchKeys(p, p.k, p.k2, w, w.hk, w.n_hk, pf0, pf1, p.d_qk);
+        if (!same_kv_rows)  // (K = V: the same lines)
+          PrefetchKeys(p, p.v, p.v2, w, w.hk, w.n_hk, pf0, pf1, Dv);
+      }
+    }
+    for (int64_t hx = 0; hx < w.n_hk; ++hx) {
+      const int64_t hk = w.hk + hx;
+      const float* qh = sc.q + hx * hrows * ldq;
+      const RowStates o{out.m + hx * hrows, out.l + hx * hrows,
+                        out.acc + hx * hrows * out.acc_stride, out.acc_stride};
+      const TileDq kdq = MakeTileDq(Kx, sc.kcoord, hk, pe);
+      const TileDq vdq = MakeTileDq(Vx, sc.vcoord, hk, pe);
+      const TileDq rdq = MakeTileDq(Rx, sc.kcoord, hk, pe);
+      if (hx == 0) {
+        for (int64_t n = 0; n < nk; ++n) {
+          ResolveItemKey(p, p.k, p.k2, w, hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n],
+                         sc.kcoord + 2 * n);
+          ResolveItemKey(p, p.v, p.v2, w, hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n],
+                         sc.vcoord + 2 * n);
+          if (p.d_rope > 0)  // rope keys live in the first source (no rope with a second one)
+            ResolveItemKey(p, p.k_rope, p.k2, w, hk, jt0 + n, &sc.rbase[n], &sc.roff[n],
+                           &sc.kpre[n], sc.kcoord + 2 * n);
+        }
+      } else {  // the next KV head (never sparse: plan.cc keeps n_hk = 1 there): same storage
+                // rows (and dequant coordinates), offset + sh
+        for (int64_t n = 0; n < nk; ++n) {
+          const bool pr = sc.kpre[n] != 0;
+          sc.koff[n] += pr ? p.k.prefix.sh : p.k.cache.Sh(w.b);
+          sc.voff[n] += pr ? p.v.prefix.sh : p.v.cache.Sh(w.b);
+          if (p.d_rope > 0) sc.roff[n] += pr ? p.k_rope.prefix.sh : p.k_rope.cache.Sh(w.b);
+        }
+      }
+      // Streaming path: few rows, a fully visible tile (so no masked cell can meet a non-finite
+      // value), no rope, whole vectors of channels, both K and V vector-contiguous.
+      const bool stream = stream_ok && full && !kdq.any() && !vdq.any() &&
+                          MakeFastRows(Kx, sc.kbase, sc.koff, sc.kpre, nk, D, &fast) &&
+                          MakeFastRows(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, &fastv);
+      bool v_bad = false, v_seen = false;  // v_seen: v_bad says whether V has a non-finite value
+      bool dot = false;  // a dot tile: bf16 pair products (attend_dot-inl.h)
+      bool tile_from_rows = false;  // scores from the packed V (ScoresFromRows)
+      if (stream) {
+        switch (FastElem(Kx, sc.kpre)) {
+          case Elem::kF32: StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s); break;
+          case Elem::kF16: StreamScores<Elem::kF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
+          default: StreamScores<Elem::kBF16>(fast, nk, qh, ldq, hrows, D, sc.s); break;
+        }
+      } else if (stream_ok && full && kdq.any() &&
+                 MakeDqRows(Kx, sc.kbase, sc.koff, sc.kpre, nk, D, kdq, &dq_rows)) {
+        // Antiquant decode: dequantize K row-major into kt (no transpose; D * TN floats fit) and
+        // stream the scores over it as over an f32 cache; V is packed as below.
+        PackVDqAny(dq_rows, nk, D, D, sc.kt);
+        for (int64_t n = 0; n < nk; ++n) fast.row[n] = sc.kt + n * D;
+        for (int64_t k = 0; k * W < D; ++k) fast.doff[k] = k * W;
+        StreamScores<Elem::kF32>(fast, nk, qh, ldq, hrows, D, sc.s);
+        PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
+      } else {
+#if defined(OPENFIA_ATTEND_BF16DOT)
+        // Dot tiles of bf16 rows pack their pair forms straight from the rows.
+        dot = dot_item && PackPairsDirect(p, Kx, Vx, sc, nk, vs,
+                                          kdq.any() || vdq.any() || rdq.any(), &fast, &fastv,
+                                          &v_bad);
+#endif
+        if (!dot) {
+          tile_from_rows = from_rows && PackKVShared(Kx, sc, nk, D, vs, &fast, false);
+          if (!tile_from_rows && (!kv_shared || !PackKVShared(Kx, sc, nk, D, vs, &fast))) {
+            PackKT(Kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kt, &fast, kdq, &dq_rows);
+            if (p.d_rope > 0)
+              PackKT(Rx, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, p.d_qk, sc.kt, &fast, rdq,
+                     &dq_rows);
+            PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
+          }
+          v_bad = AnyNonFinite(sc.v, nk, vs);
+#if defined(OPENFIA_ATTEND_BF16DOT)
+          // Not with a non-finite value: its masked cells and tiny probabilities need the fp32
+          // P; otherwise the pair forms from the fp32 packing (every storage format, antiquant).
+          dot = dot_item && !v_bad;
+          if (dot) {
+            KeyPairs(sc.kt, D, npad, sc.kp);
+            ValuePairs(sc.v, vs, nk, ldv, sc.vp, vs);
+          }
+#endif
+        }
+        v_seen = true;
+#if defined(OPENFIA_ATTEND_BF16DOT)
+        if (dot) ScoresDot(sc.qp + hx * hrows * ldqp, ldqp, hrows, sc.kp, D, npad, scale, sc.s);
+#endif
+        if (!dot) {
+          if (tile_from_rows)
+            ScoresFromRows(sc.v, vs, nk, sc.qt + hx * D * ldt, ldt, hrows, D, npad, sc.kt, sc.s);
+          else
+            Scores(qh, ldq, hrows, sc.kt, D, npad, sc.s);
+        }
+      }
+
+      if (!full) TileVisibility(p, b, org, w.i0, nq, jt0, nk, sc.vis, TN);
+
+      const typename V::T vscale = V::Set1(scale);
+      for (int64_t r = 0; r < hrows; ++r) {
+        float* s = sc.s + r * TN;
+        if (!dot)  // (dot tiles store their scores scaled)
+          for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
+        BiasAndMaskRow(p, w, org, hk, r, jt0, nk, npad, full, sc.vis, s);
+
+        typename V::T vm = V::Set1(kNegInf);
+        for (int64_t n = 0; n < npad; n += W) vm = V::Max(vm, V::Load(s + n));
+        const float m_old = o.m[r];
+        float m_new = std::max(m_old, V::ReduceMax(vm));
+        if (m_new == kNegInf) {
+          // No finite score yet. A NaN score (a NaN in K or in its antiquant parameters) makes
+          // the row NaN, as in the reference: m = NaN spreads to P, l and acc. (A vector max may
+          // drop a NaN lane, and std::max(-inf, NaN) is -inf, so look at the scores themselves.)
+          bool nan = false;
+          for (int64_t n = 0; n < nk; ++n) nan = nan || std::isnan(s[n]);
+          if (!nan) {  // nothing visible yet: P = 0 (PvMasked skips it when it matters)
+            for (int64_t n = 0; n < npad; ++n) s[n] = 0.f;
+            continue;
+          }
+          m_new = std::numeric_limits<float>::quiet_NaN();
+        }
+        const typename V::T vmn = V::Set1(m_new);
+        typename V::T vsum = V::Zero();
+        const auto exp_pass = [&]<bool kP>() {
+          for (int64_t n = 0; n < npad; n += W) {
+            const typename V::T x = V::Sub(V::Load(s + n), vmn);
+            typename V::T e = kP ? V::ExpP(x) : V::Exp(x);
+            vsum = V::Add(vsum, e);
+#if defined(OPENFIA_ATTEND_BF16DOT)
+            if (dot) {  // bf16 P in place over the row's first half (read before written)
+              StoreP(reinterpret_cast<uint16_t*>(s) + n, e);
+              continue;
+            }
+#endif
+            if (pe == Elem::kBF16) e = V::RoundBF16(e);
+            else if (pe == Elem::kF16) e = V::RoundF16(e);
+            V::Store(s + n, e);
+          }
+        };
+        // ExpP drops probabilities below exp(-86.5) ~ 2.6e-38 (against l >= 1 they vanish in
+        // fp32) and so never computes a subnormal; a non-finite value must still meet the tiny
+        // probability the reference gives it (tiny x inf = inf, 0 x inf = NaN): exact Exp there,
+        // and on the streaming paths, which do not look at V.
+        if (v_seen && !v_bad) exp_pass.template operator()<true>();
+        else exp_pass.template operator()<false>();
+        // exp(0) is exactly 1 (the polynomial at r = 0): an unchanged finite maximum needs no exp.
+        const float alpha = m_old == kNegInf                            ? 0.f
+                            : m_old == m_new && std::isfinite(m_old) ? 1.f
+                                                                      : ExpScalar(m_old - m_new);
+        o.l[r] = o.l[r] * alpha + V::ReduceSum(vsum);
+        o.m[r] = m_new;
+        if (alpha != 1.f) {
+          float* a = o.acc + r * o.acc_stride;
+          const typename V::T va = V::Set1(alpha);
+          for (int64_t d = 0; d < ldv; d += W) V::Store(a + d, V::Mul(V::Load(a + d), va));
+        }
+      }
+
+      if (stream) {
+        switch (FastElem(Vx, sc.kpre)) {
+          case Elem::kF32: StreamPv<Elem::kF32>(sc.s, hrows, fastv, Dv, nk, o.acc, o.acc_stride);
+            break;
+          case Elem::kF16: StreamPv<Elem::kF16>(sc.s, hrows, fastv, Dv, nk, o.acc, o.acc_stride);
+            break;
+          default: StreamPv<Elem::kBF16>(sc.s, hrows, fastv, Dv, nk, o.acc, o.acc_stride);
+            break;
+        }
+      } else if (!full && v_bad) {  // v_bad: see AnyNonFinite above
+        PvMasked(sc.s, hrows, sc.vis, nq, sc.v, vs, ldv, nk, o.acc, o.acc_stride);
+#if defined(OPENFIA_ATTEND_BF16DOT)
+      } else if (dot) {
+        PvDot(sc.s, hrows, sc.vp, vs, ldv, nk, o.acc, o.acc_stride);
+#endif
+      } else {
+        Pv(sc.s, hrows, sc.v, vs, ldv, nk, o.acc, o.acc_stride);
+      }
+    }
+  }
+}
+
+// y[i] = f(x[i]) over whole vectors, the tail one element at a time (the tables' exp / exp_p
+// entries, for tests).
+template <class F>
+inline void MapArray(const float* x, float* y, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) V::Store(y + i, f(V::Load(x + i)));
+  for (; i < n; ++i) {
+    alignas(64) float t[W] = {};
+    t[0] = x[i];
+    V::Store(t, f(V::Load(t)));
+    y[i] = t[0];
+  }
+}
+inline void ExpArray(const float* x, float* y, int64_t n) {
+  MapArray(x, y, n, [](typename V::T v) { return V::Exp(v); });
+}
+inline void ExpPArray(const float* x, float* y, int64_t n) {
+  MapArray(x, y, n, [](typename V::T v) { return V::ExpP(v); });
+}
