@@ -35,6 +35,7 @@ struct SettingsGuard {
   ~SettingsGuard() {
     SetSimdCap("");
     SetNumThreads(2);
+    SetKernel("");
   }
 };
 
@@ -121,9 +122,22 @@ inline void RunCase(const CaseSpec& spec, const std::function<void(Case&)>& muta
   if (oracle) Oracle(c.problem());
   const std::vector<uint8_t> oracle_out(c.out(), c.out() + c.out_bytes());
   const std::vector<float> oracle_lse = c.lse();
-  for (const std::string& target : Targets()) {
-    SetSimdCap(target);
-    ASSERT_EQ(SimdTarget(), target);
+  // Every target's kernel list, then every kernel this CPU runs forced on its own where it takes
+  // every item of the case.
+  std::vector<std::string> runs;
+  for (const std::string& target : Targets()) runs.push_back(target);
+  const std::vector<WorkItem> items = MakePlan(c.problem()).items;
+  for (const Kernel* k : RunnableKernels()) {
+    bool all = k->supports(c.problem(), nullptr) == nullptr;
+    for (const WorkItem& w : items) all = all && k->supports(c.problem(), &w) == nullptr;
+    if (all) runs.push_back(std::string("kernel:") + k->name);
+  }
+  for (const std::string& run : runs) {
+    const bool forced = run.rfind("kernel:", 0) == 0;
+    SetSimdCap(forced ? "" : run);
+    SetKernel(forced ? run.substr(7) : "");
+    if (!forced) ASSERT_EQ(SimdTarget(), run);
+    const std::string& target = run;
     std::vector<uint8_t> first_out;
     std::vector<float> first_lse;
     for (int threads : {1, 2, 3}) {

@@ -92,9 +92,11 @@ bool IsFloat(DType dt) {
 struct SettingsGuard {
   Impl impl = GetImpl();
   int threads = GetNumThreads();
+  std::string kernel = GetKernel();
   ~SettingsGuard() {
     SetImpl(impl);
     SetNumThreads(threads);
+    SetKernel(kernel);
   }
 };
 
@@ -252,19 +254,27 @@ void ReferenceInvariants(const CaseSpec& spec) {
   EXPECT_EQ(bad, 0) << spec.ToLine();
 }
 
-// (b) engine (or automatic fallback) against the reference.
-void EngineMatchesReference(const CaseSpec& spec) {
+// (b) engine (or automatic fallback) against the reference. With `kernel`, that kernel is forced
+// (SetKernel) and a case it does not take is skipped (*ran = false).
+void EngineMatchesReference(const CaseSpec& spec, const std::string& kernel = "",
+                            bool* ran = nullptr) {
   SettingsGuard guard;
   SetImpl(Impl::kReference);
   FiaCase ref(spec);
   ref.Run();
   FiaCase eng(spec);
   SetImpl(Impl::kEngine);
+  SetKernel(kernel);
+  if (ran) *ran = true;
   bool supported = true;
   try {
     eng.Run();
   } catch (const Error& e) {
     ASSERT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    if (!kernel.empty()) {  // the forced kernel does not take this case: nothing to check
+      if (ran) *ran = false;
+      return;
+    }
     // Every feature of the case list runs on the engine (issue 3): no fallback is expected.
     ADD_FAILURE() << "the engine does not take this case: " << e.what();
     supported = false;
@@ -331,10 +341,12 @@ void EngineMatchesReference(const CaseSpec& spec) {
   EXPECT_EQ(bad, 0) << spec.ToLine();
 }
 
-// (c) the thread count never changes a bit of the result.
-void ThreadCountInvariant(const CaseSpec& spec) {
+// (c) the thread count never changes a bit of the result (of the kernel list, or of `kernel`
+// forced on a case it takes).
+void ThreadCountInvariant(const CaseSpec& spec, const std::string& kernel = "") {
   SettingsGuard guard;
   SetImpl(Impl::kAuto);
+  SetKernel(kernel);
   FiaCase c(spec);
   std::vector<uint8_t> out1;
   std::vector<float> lse1;
@@ -355,6 +367,23 @@ void ThreadCountInvariant(const CaseSpec& spec) {
 TEST_P(FiaCases, ReferenceInvariants) { ReferenceInvariants(GetParam()); }
 TEST_P(FiaCases, EngineMatchesReference) { EngineMatchesReference(GetParam()); }
 TEST_P(FiaCases, ThreadCountInvariant) { ThreadCountInvariant(GetParam()); }
+// (b) and (c) for every kernel this CPU runs, forced one at a time on the cases it takes: each
+// kernel is held to the reference on its own, not only where the kernel list picks it.
+TEST_P(FiaCases, EveryKernelMatchesReference) {
+  int ran = 0;
+  std::string names;
+  for (const std::string& k : AvailableKernels()) {
+    bool took = false;
+    EngineMatchesReference(GetParam(), k, &took);
+    if (!took) continue;
+    ++ran;
+    names += (names.empty() ? "" : " ") + k;
+    ThreadCountInvariant(GetParam(), k);
+  }
+  RecordProperty("kernels", names);
+  // The portable kernel runs every case the engine runs.
+  EXPECT_GT(ran, 0) << GetParam().ToLine();
+}
 
 std::string CaseName(const ::testing::TestParamInfo<CaseSpec>& info) {
   std::string n = info.param.name;
