@@ -265,17 +265,6 @@ inline void PvTile(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t D
   CompilerFence();
 }
 
-// exp(x) for a probability that is rounded to bf16 and fed to TDPBF16PS: 0 below
-// exp(-86.5) ~ 2.6e-38, V::Exp elsewhere (NaN kept). Results under FLT_MIN are denormal, and a
-// denormal result costs a microcode assist per instruction (masked or padded keys score -inf,
-// so a boundary tile took one per vector); TDPBF16PS reads bf16 denormals as zero anyway, and
-// against a row sum l >= 1 such terms vanish in fp32.
-inline __m512 ExpP(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-86.5f);
-  const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), V::Exp(_mm512_max_ps(lo, x)));
-}
-
 // out[r] = op over the 16 lanes of v[r], for 16 rows at once: a transposed reduction tree (15
 // shuffle pairs instead of 16 serial in-register reductions). Each row's lanes are paired as
 // _mm512_reduce_*_ps pairs them (i with i + 8, then + 4, + 2, + 1).
@@ -386,7 +375,7 @@ inline void SoftmaxBlock16N(float* s, int64_t lds, float scale, float* m, float*
     __m512 x[NK / 16];
     __m512 vsum = _mm512_setzero_ps();
     for (int k = 0; k < NK / 16; ++k) {
-      x[k] = ExpP(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sr + 16 * k), vscale), vmn));
+      x[k] = V::template Exp<true>(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sr + 16 * k), vscale), vmn));
       vsum = _mm512_add_ps(vsum, x[k]);
     }
     // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to zero;
@@ -623,7 +612,7 @@ void AmxAttend(const Problem& p, const WorkItem& w, TileScratch& sc, const RowSt
         const __m512 vmn = _mm512_set1_ps(m_new);
         __m512 vsum = _mm512_setzero_ps();
         for (int k = 0; k < TN / 16; ++k) {
-          x[k] = ExpP(_mm512_sub_ps(x[k], vmn));
+          x[k] = V::template Exp<true>(_mm512_sub_ps(x[k], vmn));
           vsum = _mm512_add_ps(vsum, x[k]);
         }
         // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to
@@ -669,7 +658,7 @@ void AmxAttend(const Problem& p, const WorkItem& w, TileScratch& sc, const RowSt
         // The non-finite-V path multiplies P in fp32 (a denormal P times Inf is Inf, as in the
         // reference): keep the exact exp there.
         const __m512 xk = _mm512_sub_ps(_mm512_loadu_ps(s + 16 * k), vmn);
-        e[k] = v_bad ? V::Exp(xk) : ExpP(xk);
+        e[k] = v_bad ? V::Exp(xk) : V::template Exp<true>(xk);
         vsum = _mm512_add_ps(vsum, e[k]);
       }
       for (int64_t k = 0; k < TN / 16; ++k) {  // all scores read: overwrite with bf16 P

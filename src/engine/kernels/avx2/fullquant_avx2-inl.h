@@ -32,7 +32,7 @@ constexpr int kFqExpUlps = 4;
 // NaN) call std::exp. Lanes must hold x <= 0, -inf or NaN (the probabilities' exponents).
 __attribute__((always_inline)) inline __m256 FqExpF16(__m256 x) {
   constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-  const __m256 y = V::ExpP(x);
+  const __m256 y = V::template Exp<true>(x);
   const __m256i yb = _mm256_castps_si256(y), w = _mm256_set1_epi32(kFqExpUlps);
   const __m128i h = _mm256_cvtps_ph(y, kRne);
   const __m128i hl = _mm256_cvtps_ph(

@@ -18,48 +18,45 @@ struct Avx512Vec {
   static float ReduceMax(T a) { return _mm512_reduce_max_ps(a); }
   static float ReduceSum(T a) { return _mm512_reduce_add_ps(a); }
 
-  // exp(x): x = n ln2 + r, |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (truncation
-  // < 0.1 ulp), 2^n applied in two halves so results down to the subnormal range stay exact.
-  static T Exp(T x) {
-    // max(lo, x) keeps a NaN x (the second operand wins), min(hi, .) likewise.
-    x = _mm512_min_ps(_mm512_set1_ps(88.8f), _mm512_max_ps(_mm512_set1_ps(-104.f), x));
-    const T n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    T r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    T p = _mm512_set1_ps(1.f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-    const __m512i ni = _mm512_cvtps_epi32(n);
-    const __m512i n1 = _mm512_srai_epi32(ni, 1);
-    const __m512i n2 = _mm512_sub_epi32(ni, n1);
-    const __m512i bias = _mm512_set1_epi32(127);
-    const T s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
-    const T s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
-    return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
-  }
-
-  // exp(x) of a softmax probability (x <= 0 or NaN) for P V with finite values: 0 below -86.5,
-  // never a subnormal step or result; the AVX2 target's ExpP (kernels_avx2.cc) with 16 lanes.
-  static T ExpP(T x) {
-    const T lo = _mm512_set1_ps(expp::kLo), magic = _mm512_set1_ps(expp::kMagic);
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);
-    x = _mm512_max_ps(lo, x);
-    const T v = _mm512_fmadd_ps(x, _mm512_set1_ps(expp::kLog2e), magic);
+  // exp(x) in every lane, NaN kept: x = n ln2 + r with n the nearest integer to x log2e (from
+  // the rounding constant expp::kMagic) and r in two steps, e^r by the degree-6 fit of expp::kC
+  // with p(0) = 1, so exp(0) is exactly 1 (the softmax skips exp(m_old - m_new) when m is
+  // unchanged). kProb: a softmax probability's exp (x <= 0): 0 below expp::kLo, so no step and
+  // no result is subnormal (a subnormal result costs a microcode assist per instruction on some
+  // CPUs: the exp of a masked key's -inf ran 2.3x slower per vector), and 2^n is the rounding
+  // constant's low bits moved into the exponent. Otherwise any x: 2^n applied in two halves so
+  // results down to the subnormal range stay exact, +inf from 88.8 on.
+  template <bool kProb = false>
+  __attribute__((always_inline)) static inline T Exp(T x) {
+    const T magic = _mm512_set1_ps(expp::kMagic);
+    __mmask16 keep = 0xFFFF;
+    if constexpr (kProb) {
+      const T lo = _mm512_set1_ps(expp::kLo);
+      keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);  // x >= kLo or NaN
+      x = _mm512_max_ps(lo, x);                        // the second operand wins: NaN kept
+    } else {
+      x = _mm512_min_ps(_mm512_set1_ps(88.8f), _mm512_max_ps(_mm512_set1_ps(-104.f), x));
+    }
+    const T v = _mm512_fmadd_ps(x, _mm512_set1_ps(expp::kLog2e), magic);  // n + 127 in low bits
     const T n = _mm512_sub_ps(v, magic);
     T r = _mm512_fnmadd_ps(n, _mm512_set1_ps(expp::kLn2Hi), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(expp::kLn2Lo), r);
     T p = _mm512_set1_ps(expp::kC[0]);
-    _Pragma("GCC unroll 8") for (int k = 1; k < 5; ++k) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(expp::kC[k]));
+    _Pragma("GCC unroll 8") for (int k = 1; k < 5; ++k)
+      p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(expp::kC[k]));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-    const T pow2n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(v), 23));
-    return _mm512_maskz_mul_ps(keep, p, pow2n);
+    if constexpr (kProb) {
+      const T pow2n = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(v), 23));
+      return _mm512_maskz_mul_ps(keep, p, pow2n);
+    } else {
+      const __m512i ni = _mm512_cvtps_epi32(n);
+      const __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+      const __m512i bias = _mm512_set1_epi32(127);
+      const T s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+      const T s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+      return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+    }
   }
 
   static T RoundBF16(T a) {

@@ -1172,7 +1172,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
         const auto exp_pass = [&]<bool kP>() {
           for (int64_t n = 0; n < npad; n += W) {
             const typename V::T x = V::Sub(V::Load(s + n), vmn);
-            typename V::T e = kP ? V::ExpP(x) : V::Exp(x);
+            typename V::T e = V::template Exp<kP>(x);
             vsum = V::Add(vsum, e);
 #if defined(OPENFIA_ATTEND_BF16DOT)
             if (dot) {  // bf16 P in place over the row's first half (read before written)
@@ -1243,5 +1243,5 @@ inline void ExpArray(const float* x, float* y, int64_t n) {
   MapArray(x, y, n, [](typename V::T v) { return V::Exp(v); });
 }
 inline void ExpPArray(const float* x, float* y, int64_t n) {
-  MapArray(x, y, n, [](typename V::T v) { return V::ExpP(v); });
+  MapArray(x, y, n, [](typename V::T v) { return V::template Exp<true>(v); });
 }

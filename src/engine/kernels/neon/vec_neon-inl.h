@@ -1,9 +1,8 @@
 // openfia internal: AArch64 Advanced SIMD vector traits shared by the neon and neonbf16 targets.
 // Included (no include guard) inside each target's own namespace after <arm_neon.h>.
 //
-// The same operations as the x86 targets per element: the exp is the AVX-512 target's
-// algorithm (vec_avx512-inl.h) and ExpP the AVX2 target's (kernels_avx2.cc), bf16 / f16
-// rounding bitwise cvt::F32ToBF16 / cvt::F32ToF16. Max propagates a NaN of either operand (as
+// The same operations as the x86 targets per element (the exp, bf16 / f16 rounding bitwise
+// cvt::F32ToBF16 / cvt::F32ToF16). Max propagates a NaN of either operand (as
 // the scalar target's), which every use tolerates: a NaN score makes its row NaN either way.
 
 struct NeonVec {
@@ -22,36 +21,25 @@ struct NeonVec {
   static float ReduceMax(T a) { return vmaxvq_f32(a); }
   static float ReduceSum(T a) { return vaddvq_f32(a); }
 
-  // exp(x): x = n ln2 + r, |r| <= ln2/2, e^r by its degree-7 Taylor polynomial, 2^n applied in
-  // two halves so results down to the subnormal range stay exact (vec_avx512-inl.h).
+  // exp(x) in every lane, NaN kept: x = n ln2 + r with n the nearest integer to x log2e (from
+  // the rounding constant expp::kMagic) and r in two steps, e^r by the degree-6 fit of expp::kC
+  // with p(0) = 1, so exp(0) is exactly 1 (the softmax skips exp(m_old - m_new) when m is
+  // unchanged). kProb: a softmax probability's exp (x <= 0): 0 below expp::kLo, so no step and
+  // no result is subnormal (a subnormal result costs a microcode assist per instruction on some
+  // CPUs: the exp of a masked key's -inf ran 2.3x slower per vector), and 2^n is the rounding
+  // constant's low bits moved into the exponent. Otherwise any x: 2^n applied in two halves so
+  // results down to the subnormal range stay exact, +inf from 88.8 on.
+  template <bool kProb = false>
   static inline T Exp(T x) {
-    x = vminq_f32(vdupq_n_f32(88.8f), vmaxq_f32(vdupq_n_f32(-104.f), x));  // NaN stays NaN
-    const T n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
-    T r = vfmsq_f32(x, n, vdupq_n_f32(0.693145751953125f));
-    r = vfmsq_f32(r, n, vdupq_n_f32(1.428606765330187e-06f));
-    T p = vdupq_n_f32(1.f / 5040);
-    p = vfmaq_f32(vdupq_n_f32(1.f / 720), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.f / 120), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.f / 24), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.f / 6), p, r);
-    p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.f), p, r);
-    const int32x4_t ni = vcvtq_s32_f32(n);  // n is an integer (a NaN gives 0: p is NaN)
-    const int32x4_t n1 = vshrq_n_s32(ni, 1);
-    const int32x4_t n2 = vsubq_s32(ni, n1);
-    const int32x4_t bias = vdupq_n_s32(127);
-    const T s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, bias), 23));
-    const T s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, bias), 23));
-    return vmulq_f32(vmulq_f32(p, s1), s2);
-  }
-
-  // exp(x) of a softmax probability (x <= 0 or NaN) for P V with finite values: 0 below -86.5,
-  // never a subnormal step or result (kernels_avx2.cc ExpP).
-  static inline T ExpP(T x) {
-    const T lo = vdupq_n_f32(expp::kLo), magic = vdupq_n_f32(expp::kMagic);
-    const uint32x4_t keep = vmvnq_u32(vcltq_f32(x, lo));  // x >= kLo or NaN
-    x = vmaxq_f32(lo, x);                                  // keeps a NaN x
+    const T magic = vdupq_n_f32(expp::kMagic);
+    uint32x4_t keep = vdupq_n_u32(~0u);
+    if constexpr (kProb) {
+      const T lo = vdupq_n_f32(expp::kLo);
+      keep = vmvnq_u32(vcltq_f32(x, lo));  // x >= kLo or NaN
+      x = vmaxq_f32(lo, x);                 // NaN kept
+    } else {
+      x = vminq_f32(vdupq_n_f32(88.8f), vmaxq_f32(vdupq_n_f32(-104.f), x));  // NaN kept
+    }
     const T v = vfmaq_f32(magic, x, vdupq_n_f32(expp::kLog2e));  // n + 127 in its low bits
     const T n = vsubq_f32(v, magic);
     T r = vfmsq_f32(x, n, vdupq_n_f32(expp::kLn2Hi));
@@ -60,8 +48,17 @@ struct NeonVec {
     for (int k = 1; k < 5; ++k) p = vfmaq_f32(vdupq_n_f32(expp::kC[k]), p, r);
     p = vfmaq_f32(vdupq_n_f32(1.f), p, r);
     p = vfmaq_f32(vdupq_n_f32(1.f), p, r);
-    const T pow2n = vreinterpretq_f32_s32(vshlq_n_s32(vreinterpretq_s32_f32(v), 23));
-    return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(vmulq_f32(p, pow2n)), keep));
+    if constexpr (kProb) {
+      const T pow2n = vreinterpretq_f32_s32(vshlq_n_s32(vreinterpretq_s32_f32(v), 23));
+      return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(vmulq_f32(p, pow2n)), keep));
+    } else {
+      const int32x4_t ni = vcvtq_s32_f32(n);  // an integer (a NaN gives 0: p is NaN)
+      const int32x4_t n1 = vshrq_n_s32(ni, 1), n2 = vsubq_s32(ni, n1);
+      const int32x4_t bias = vdupq_n_s32(127);
+      const T s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, bias), 23));
+      const T s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, bias), 23));
+      return vmulq_f32(vmulq_f32(p, s1), s2);
+    }
   }
 
   static T RoundBF16(T a) {
