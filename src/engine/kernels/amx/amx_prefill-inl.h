@@ -1,6 +1,6 @@
 // openfia internal: the AMX prefill kernel (dense bf16 keys, no rope): included by kernels_amx.cc
-// inside namespace amx_target, after its tile helpers (TileConfig, PackK, PackV, ReduceRows16,
-// AnyNonFiniteBf16, ResolveKey).
+// inside namespace amx_target, after its tile helpers (TileConfig, PackK, PackV,
+// AnyNonFiniteBf16, ResolveKey) and the shared online softmax (softmax-inl.h).
 //
 // Same results as the generic loop (attend-inl.h) up to fp32 rounding: the same tiles of kTileKeys
 // keys, band / bit-mask / pse / boundary semantics, online softmax in fp32, P rounded to bf16
@@ -16,43 +16,14 @@
 //     bf16), then acc += P V. Each pass keeps one 16 KB packed tile in L1 next to the streamed
 //     query / accumulator blocks; both tiles at once overflow the 48 KB L1 of current Xeons and
 //     made the tile loads several times slower.
-//   - The softmax of a block runs on 16 rows at once (row maxima and sums reduced across the rows
-//     together) and its exponential is a base-2 one with a single FMA for the argument:
-//       exp(s * scale - m) = 2^t,  t = s * (scale * log2 e) - m * log2 e,
-//     evaluated as 2^round(t) * poly5(t - round(t)) (relative error <= 3 ulp; the generic loop's
-//     exp has 1 ulp, both far below the bf16 rounding of P). For |t| of a few hundred (scores that
-//     large only come from huge logits) the rounding of the argument adds |t| * 2^-23 relative.
+//   - The softmax of a block runs on 16 rows at once (softmax-inl.h: row maxima and sums reduced
+//     across the rows together).
 //   - The next tile's K / V rows are prefetched while the current one is computed.
 
 
 // Rows of one block, and the most blocks of an item.
 constexpr int64_t kBlockRows = 16;
 constexpr int64_t kMaxBlocks = kMaxRows / kBlockRows;
-constexpr float kLog2e = 1.44269504088896341f;
-
-// 2^t for t <= 0 (a larger t only from rounding, a few ulp above 0), NaN for NaN, 0 below -125.
-// No step yields a subnormal or an underflowing result: those take a microcode assist per
-// instruction without FTZ (masked cells, t = -inf, made the causal diagonal blocks ~10x slower
-// than full ones). 2^t below 2^-125 becomes 0: as P it would be subnormal-adjacent and is dropped
-// by the bf16 tile product's flush anyway (kernels_amx.cc, top); in the row sum (>= 1) it is far
-// below one ulp.
-inline __m512 Exp2NonPositive(__m512 t) {
-  // t >= -125 or NaN (_CMP_NLT_UQ is true for NaN): the lanes that keep their power.
-  const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-125.f), _CMP_NLT_UQ);
-  // max(lo, t) keeps a NaN t (the second operand wins); -inf and anything below -125 become -125,
-  // whose power of two is normal.
-  t = _mm512_max_ps(_mm512_set1_ps(-125.f), t);
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);  // [-0.5, 0.5]
-  // Minimax fit of 2^f on [-0.5, 0.5] with p(0) = 1 exactly: relative error 1.7e-7.
-  __m512 p = _mm512_set1_ps(1.326472266e-03f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.671512991e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550733581e-02f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402224243e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931470037e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_maskz_scalef_ps(keep, p, n);  // p * 2^n >= 2^-125.5: normal, one rounding
-}
 
 // One block of up to 16 rows of a work item.
 struct PrefillBlock {
@@ -63,106 +34,6 @@ struct PrefillBlock {
 };
 
 // CompilerFence, ScoreBegin/ScoreChunk/ScoreEnd and PvBegin/PvChunk: kernels_amx.cc.
-
-// The online-softmax update of one block over one key tile, in phases (MaxRows for every row,
-// MaxEnd, ExpRows for every row, Finish; rows can be split between calls). s holds 16 rows
-// of kTileKeys fp32 scores: `raw` ones (Q.K, to be multiplied by scale) or prepared ones (scale *
-// Q.K + pse, invisible cells -inf). Rows outside `valid` are padding: P = 0, states untouched. P
-// goes out as bf16 rows of kTileKeys at `pout`. The operations are those of
-// attend-inl.h's row loop: m_new = max(m_old, max_n x); a row with m_new = -inf keeps P = 0 and
-// its state; P = round_bf16(exp(x - m_new)); l = l * alpha + sum_n exp(x - m_new) (unrounded);
-// acc *= alpha, alpha = exp(m_old - m_new) (0 for a row without history).
-struct BlockSoftmax {
-  alignas(64) float part[16][16];  // per row: 16 partial maxima, then 16 partial sums
-  alignas(64) float nmb[16];       // -m_new * log2(e)
-  alignas(64) float m_new[16];
-  alignas(64) float alpha[16];
-  float* s = nullptr;
-  uint16_t* pout = nullptr;
-  float scale = 1.f;
-  bool raw = false;
-  bool scale_after = false;  // raw and scale > 0: rows reduced on raw scores, scaled once
-  __mmask16 valid = 0;
-  __mmask16 dead = 0;
-
-  void Begin(float* scores, uint16_t* p, bool is_raw, float sc, __mmask16 rows_valid) {
-    s = scores;
-    pout = p;
-    raw = is_raw;
-    scale = sc;
-    // For scale > 0, max_n round(scale * s_n) = round(scale * max_n s_n) (rounding is monotonic).
-    scale_after = raw && scale > 0.f;
-    valid = rows_valid;
-  }
-  void MaxRows(int r0, int r1) {
-    const __m512 vscale = _mm512_set1_ps(scale);
-    for (int r = r0; r < r1; ++r) {
-      const float* sr = s + r * TN;
-      __m512 x0 = _mm512_loadu_ps(sr), x1 = _mm512_loadu_ps(sr + 16);
-      __m512 x2 = _mm512_loadu_ps(sr + 32), x3 = _mm512_loadu_ps(sr + 48);
-      if (raw && !scale_after) {
-        x0 = _mm512_mul_ps(x0, vscale);
-        x1 = _mm512_mul_ps(x1, vscale);
-        x2 = _mm512_mul_ps(x2, vscale);
-        x3 = _mm512_mul_ps(x3, vscale);
-      }
-      // For NaN-free rows any pairing gives the maximum; a NaN score makes its P NaN anyway.
-      _mm512_store_ps(part[r], _mm512_max_ps(_mm512_max_ps(x0, x1), _mm512_max_ps(x2, x3)));
-    }
-  }
-  void MaxEnd(const float* m) {
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    const auto vmax = [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); };
-    __m512 tile_max = ReduceRows16(part, vmax);
-    if (scale_after) tile_max = _mm512_mul_ps(tile_max, _mm512_set1_ps(scale));
-    const __m512 ninf = _mm512_set1_ps(kNegInf);
-    const __m512 m_old = _mm512_mask_loadu_ps(ninf, valid, m);
-    // std::max(m_old, max) keeps m_old when the maximum is NaN; so does max_ps(max, m_old).
-    const __m512 mn = _mm512_max_ps(tile_max, m_old);
-    dead = static_cast<__mmask16>(_mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ) |
-                                  static_cast<__mmask16>(~valid));
-    const __mmask16 fresh = _mm512_cmp_ps_mask(m_old, ninf, _CMP_EQ_OQ);
-    _mm512_store_ps(alpha, _mm512_maskz_mov_ps(static_cast<__mmask16>(~fresh),
-                                               V::Exp(_mm512_sub_ps(m_old, mn))));
-    _mm512_store_ps(m_new, mn);
-    _mm512_store_ps(nmb, _mm512_mul_ps(mn, _mm512_set1_ps(-kLog2e)));
-  }
-  void ExpRows(int r0, int r1) {
-    const __m512 c1 = _mm512_set1_ps(raw ? scale * kLog2e : kLog2e);
-    for (int r = r0; r < r1; ++r) {
-      const float* sr = s + r * TN;
-      uint16_t* pr = pout + r * TN;
-      if (dead >> r & 1) {
-        _mm512_storeu_si512(pr, _mm512_setzero_si512());
-        _mm512_storeu_si512(pr + 32, _mm512_setzero_si512());
-        _mm512_store_ps(part[r], _mm512_setzero_ps());
-        continue;
-      }
-      const __m512 nmb_r = _mm512_set1_ps(nmb[r]);
-      const __m512 e0 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr), c1, nmb_r));
-      const __m512 e1 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + 16), c1, nmb_r));
-      const __m512 e2 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + 32), c1, nmb_r));
-      const __m512 e3 = Exp2NonPositive(_mm512_fmadd_ps(_mm512_loadu_ps(sr + 48), c1, nmb_r));
-      // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to
-      // zero; TDPBF16PS would read such a P as zero anyway (kernels_amx.cc, top).
-      _mm512_storeu_si512(pr, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0)));
-      _mm512_storeu_si512(pr + 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e3, e2)));
-      _mm512_store_ps(part[r], _mm512_add_ps(_mm512_add_ps(e0, e1), _mm512_add_ps(e2, e3)));
-    }
-  }
-  void Finish(float* m, float* l, float* acc, int64_t lda, int64_t ldv) {
-    const auto vadd = [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); };
-    const __mmask16 live = static_cast<__mmask16>(~dead);
-    const __m512 va_all = _mm512_load_ps(alpha);
-    const __m512 l_old = _mm512_maskz_loadu_ps(live, l);
-    const __m512 l_new = _mm512_add_ps(_mm512_mul_ps(l_old, va_all), ReduceRows16(part, vadd));
-    _mm512_mask_storeu_ps(l, live, l_new);
-    _mm512_mask_storeu_ps(m, live, _mm512_load_ps(m_new));
-    // Rows whose maximum moved rescale their accumulator (alpha != 1, NaN included).
-    RescaleMoved(_mm512_mask_cmp_ps_mask(live, va_all, _mm512_set1_ps(1.f), _CMP_NEQ_UQ), alpha,
-                 acc, lda, ldv);
-  }
-};
 
 // Prefetches bytes [0, n) at p into L1 (whole lines; the tile loads that follow would otherwise
 // wait for L2 line by line).
@@ -225,7 +96,6 @@ void AmxPrefill(const Problem& p, const WorkItem& w, TileScratch& sc, const RowS
   int64_t act[kMaxBlocks];   // blocks that see the tile, in order
   bool act_full[kMaxBlocks];  // ... every row of which sees every key (no mask, no pse)
   uint64_t vis[kMaxBlocks][16];  // boundary blocks: visible keys of each row
-  BlockSoftmax sm;
   const __m512 vscale = _mm512_set1_ps(scale);
   const int64_t nd = D / 32, nc = (Dv + 31) / 32;
   LoadTileConfig();
@@ -347,13 +217,25 @@ void AmxPrefill(const Problem& p, const WorkItem& w, TileScratch& sc, const RowS
       for (int64_t c = 0; c < nd; ++c) ScoreChunk(qb + x.r0 * D, D, kp, 32 * c);
       ScoreEnd(sbuf);
       if (a + 1 < na) PrefetchL1(qb + blk[act[a + 1]].r0 * D, 16 * D * 2);
-      sm.Begin(sbuf, pbuf + x.r0 * TN, full, scale, static_cast<__mmask16>((1u << x.n) - 1));
       if (!full) prepare(a, sbuf, 0, 16);
-      sm.MaxRows(0, 16);
-      sm.MaxEnd(out.m + x.r0);
-      sm.ExpRows(0, 16);
-      // Rescales only live rows (< x.n), so the partial block needs no copy here.
-      sm.Finish(out.m + x.r0, out.l + x.r0, out.acc + x.r0 * out.acc_stride, out.acc_stride, ldv);
+      SoftmaxStep step;  // the block's rows; a full block's raw scores are scaled as read
+      step.s = sbuf;
+      step.lds = TN;
+      step.rows = x.n;
+      step.nk = TN;
+      step.npad = TN;
+      step.scale = full ? scale : 1.f;
+      step.store.kind = SoftmaxStore::Kind::kBf16;
+      step.store.p = pbuf + x.r0 * TN;
+      step.store.ldp = TN;
+      step.m = out.m + x.r0;
+      step.l = out.l + x.r0;
+      step.acc = out.acc + x.r0 * out.acc_stride;
+      step.acc_stride = out.acc_stride;
+      step.ldv = ldv;
+      RunSoftmaxStep(step);
+      // Rows past the block's (padding of the 16-row tile product): P = 0.
+      for (int64_t r = x.n; r < 16; ++r) std::memset(pbuf + (x.r0 + r) * TN, 0, TN * 2);
     }
 
     // Pass 2: acc += P V for every active block.

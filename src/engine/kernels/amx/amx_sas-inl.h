@@ -1,6 +1,6 @@
 // openfia internal: the AMX-BF16 path of SparseAttnSharedkv items (bf16 K = V rows of an original
 // and an optional compressed cache, sparse key lists), included by kernels_amx.cc inside
-// namespace openfia::internal::amx_target after ScoreRows, PvRows, SoftmaxBlock16N and
+// namespace openfia::internal::amx_target after ScoreRows, PvRows, Softmax16 and
 // amx_tile_dequant-inl.h (SameOperand), which it reuses.
 //
 // An item's keys are its "columns", taken in steps of kStepTiles tiles of TN:
@@ -15,7 +15,7 @@
 // interleaved, as PackV) from the same registers. The rows of the tile two ahead are resolved and
 // prefetched meanwhile (a sparse list jumps across the cache; no hardware prefetcher follows).
 // Scores go tile by tile (ScoreRows, K in L1-sized channel groups); the softmax
-// (SoftmaxBlock16N) and P V (PvRows) run once per step, so each row's 512-channel fp32
+// (Softmax16) and P V (PvRows) run once per step, so each row's 512-channel fp32
 // accumulator passes through the tiles once per kStepTiles * TN keys.
 //
 // The grouping of keys into tiles and steps depends on the item only, and items depend on the
@@ -302,18 +302,8 @@ void AmxAttendSas(const Problem& p, const WorkItem& w, TileScratch& sc, const Ro
         for (int64_t r = 0; r < 16; ++r) std::memset(a + r * out.acc_stride, 0, Dv * 4);
       }
       // Over the live keys rounded up to 32 (the P V below reads no further).
-      switch ((live_keys + 31) / 32) {
-        case 1: SoftmaxBlock16N<32>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 2: SoftmaxBlock16N<64>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 3: SoftmaxBlock16N<96>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 4: SoftmaxBlock16N<128>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 5: SoftmaxBlock16N<160>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 6: SoftmaxBlock16N<192>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        case 7: SoftmaxBlock16N<224>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al); break;
-        default:
-          SoftmaxBlock16N<256>(sb, lds, scale, m, l, a, out.acc_stride, ldv, al);
-          break;
-      }
+      const int64_t npad = std::min<int64_t>(256, (live_keys + 31) / 32 * 32);
+      Softmax16(sb, lds, npad, scale, m, l, a, out.acc_stride, ldv, al);
     }
     if (bad) {
       // A masked cell (P = 0) must not meet a non-finite value (0 * Inf is NaN): the cells each

@@ -1,7 +1,7 @@
 // openfia internal: the AMX-BF16 path for sparse items over tile-quantized rows
 // (KvQuantSparseFlashAttention, problem.h Dequant::kPerTile), included by kernels_amx.cc inside
 // namespace openfia::internal::amx_target after PackK, PackV, ScoreRows, PvRows and
-// SoftmaxBlock16N (which it reuses).
+// Softmax16 (which it reuses).
 //
 // Per tile of kTileKeys selected keys (random rows of the cache):
 //   1. each row's d_qk quantized channels (int8, fp8 e4m3 or hifloat8) are dequantized ONCE into
@@ -11,7 +11,7 @@
 //      the same staging rows (K and V are the same dequantized memory, problem.h v == k), so one
 //      dequantization serves K, V and every query head of the item;
 //   3. scores (ScoreRows: the K tile's channels in L1-sized groups), then once per step of
-//      kStepTiles tiles the softmax (SoftmaxBlock16N) and P V (PvRows), whose 512-channel fp32
+//      kStepTiles tiles the softmax (Softmax16) and P V (PvRows), whose 512-channel fp32
 //      accumulators are the largest memory traffic of the item.
 // The rows of the next tile are prefetched while the current one is computed: a sparse list
 // jumps across the whole cache, which no hardware prefetcher follows.
@@ -299,7 +299,7 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, TileScratch& sc,
   // [TN][Dn], the packed V of the step [kStepTiles * TN / 2][ldvp] pairs and the step's scores
   // [rows][TS] (P as bf16 over the first half of each fp32 score row); sc.q the bf16 query rows.
   constexpr int64_t TS = kStepTiles * TN;
-  static_assert(kStepTiles >= 1 && kStepTiles <= 4, "SoftmaxBlock16N below takes 1-4 tiles");
+  static_assert(kStepTiles >= 1 && kStepTiles <= 4, "a step is 1-4 tiles");
   uint16_t* qb = reinterpret_cast<uint16_t*>(sc.q);
   uint32_t* kp[kStepTiles];
   for (int64_t k = 0; k < kStepTiles; ++k)
@@ -419,14 +419,7 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, TileScratch& sc,
       float* m = out.m + r0;
       float* l = out.l + r0;
       const bool live = t0 != tile0;  // the accumulators hold earlier steps
-      switch (ntile) {
-        case 1: SoftmaxBlock16N<TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, live); break;
-        case 2: SoftmaxBlock16N<2 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, live); break;
-        case 3: SoftmaxBlock16N<3 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, live); break;
-        default:
-          SoftmaxBlock16N<4 * TN>(sb, lds, scale, m, l, a, out.acc_stride, ldv, live);
-          break;
-      }
+      Softmax16(sb, lds, ntile * TN, scale, m, l, a, out.acc_stride, ldv, live);
     }
     PvRows(reinterpret_cast<const uint16_t*>(ss), ldp, vp, ldvp, Dv, ntile * (TN / 32), rows,
            out.acc, out.acc_stride, /*acc_init=*/t0 == tile0);

@@ -52,7 +52,13 @@ namespace openfia::internal::amx_target {
 
 #include "engine/kernels/avx512/vec_avx512-inl.h"
 
-struct V : Avx512Vec {};
+struct V : Avx512Vec {
+  // bf16 of 16 values that are zero or normal floats (VCVTNEPS2BF16 rounds to nearest even like
+  // StoreBF16, and flushes only subnormal inputs).
+  static void StoreBF16Normal(uint16_t* p, __m512 a) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(a)));
+  }
+};
 
 // The generic loop's helpers (ResolveKey, ExpScalar, ExpArray) compiled for this target.
 #define OPENFIA_ATTEND_ROWS 6
@@ -265,133 +271,26 @@ inline void PvTile(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t D
   CompilerFence();
 }
 
-// out[r] = op over the 16 lanes of v[r], for 16 rows at once: a transposed reduction tree (15
-// shuffle pairs instead of 16 serial in-register reductions). Each row's lanes are paired as
-// _mm512_reduce_*_ps pairs them (i with i + 8, then + 4, + 2, + 1).
-template <typename Op>
-inline __m512 ReduceRows16(const float (*v)[16], Op op) {
-  __m512 w[8], x[4], y[2];
-  for (int i = 0; i < 8; ++i) {  // lanes 0-1: row 2i (8 partials), lanes 2-3: row 2i + 1
-    const __m512 a = _mm512_load_ps(v[2 * i]), b = _mm512_load_ps(v[2 * i + 1]);
-    w[i] = op(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-              _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  for (int i = 0; i < 4; ++i)  // lane k: row 4i + k (4 partials)
-    x[i] = op(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-              _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  for (int i = 0; i < 2; ++i)  // lane k: rows 8i + k, 8i + 4 + k (2 partials each)
-    y[i] = op(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-              _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  // Element 4k + j holds row 4j + k.
-  const __m512 z = op(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                      _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-  return _mm512_permutexvar_ps(idx, z);
-}
-
-// acc row r *= alpha[r] for the rows of `moved` (bit r: row r's maximum moved; NaN included).
-inline void RescaleMoved(unsigned moved, const float* alpha, float* acc, int64_t lda,
-                         int64_t ldv) {
-  while (moved) {
-    const int r = __builtin_ctz(moved);
-    moved &= moved - 1;
-    float* a = acc + r * lda;
-    const __m512 va = _mm512_set1_ps(alpha[r]);
-    for (int64_t d = 0; d < ldv; d += 16)
-      _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
-  }
-}
-
-// The row-state update of a 16-row softmax step (SoftmaxBlock16N), in two halves around the
-// exponentials. Begin: from the step's row maxima `max` (scaled scores),
-// m_new = max(m_old, max) (a NaN maximum keeps m_old, as std::max(m_old, max) does), the rows
-// with nothing visible yet (`dead`: P = 0, state unchanged) and alpha = exp(m_old - m_new) (0 for
-// a row without history; exp(0) is exactly 1).
-struct Softmax16State {
-  __m512 m_new, alpha;
-  __mmask16 dead;
-};
-inline Softmax16State Softmax16Begin(__m512 max, const float* m) {
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  const __m512 m_old = _mm512_loadu_ps(m);
-  Softmax16State st;
-  st.m_new = _mm512_max_ps(max, m_old);
-  st.dead = _mm512_cmp_ps_mask(st.m_new, ninf, _CMP_EQ_OQ);
-  const __mmask16 fresh = _mm512_cmp_ps_mask(m_old, ninf, _CMP_EQ_OQ);
-  st.alpha = _mm512_maskz_mov_ps(static_cast<__mmask16>(~fresh),
-                                 V::Exp(_mm512_sub_ps(m_old, st.m_new)));
-  return st;
-}
-// End: l = l * alpha + sum and m = m_new for the live rows, and acc *= alpha for the rows whose
-// maximum moved (alpha != 1, NaN included) unless acc_live is false (the accumulators are not
-// written yet: the caller's P V initializes them; only valid when every row is fresh).
-inline void Softmax16End(const Softmax16State& st, __m512 sum, float* m, float* l, float* acc,
-                         int64_t lda, int64_t ldv, bool acc_live) {
-  const __mmask16 live = static_cast<__mmask16>(~st.dead);
-  const __m512 l_new = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(l), st.alpha), sum);
-  _mm512_mask_storeu_ps(l, live, l_new);
-  _mm512_mask_storeu_ps(m, live, st.m_new);
-  if (!acc_live) return;
-  alignas(64) float av[16];
-  _mm512_store_ps(av, st.alpha);
-  RescaleMoved(_mm512_mask_cmp_ps_mask(live, st.alpha, _mm512_set1_ps(1.f), _CMP_NEQ_UQ), av,
-               acc, lda, ldv);
-}
-
-// The softmax of 16 rows over NK keys, all visible (a plain tile, or NK / 64 plain tiles taken as
-// one step), no pse: the same operations as the row-by-row path (scale, max, exp(s - m), bf16 P,
-// l = l * alpha + sum, acc *= alpha), but the row maxima and sums are reduced across the 16 rows
-// together and the 16 rescale factors come from one vector exp. s: 16 score rows of NK floats
-// (row stride lds floats); P is written over each row's first half as bf16.
-// acc_live false: the accumulators are not written yet (the caller's P V initializes them), so
-// nothing is rescaled; only valid when every row is fresh (m = -inf).
-template <int NK>
-inline void SoftmaxBlock16N(float* s, int64_t lds, float scale, float* m, float* l, float* acc,
-                            int64_t lda, int64_t ldv, bool acc_live = true) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  alignas(64) float part[16][16];
-  alignas(64) float mrow[16];
-  const __m512 vscale = _mm512_set1_ps(scale);
-  for (int r = 0; r < 16; ++r) {
-    const float* sr = s + r * lds;
-    __m512 vm = _mm512_set1_ps(kNegInf);
-    for (int k = 0; k < NK / 16; ++k)
-      vm = _mm512_max_ps(vm, _mm512_mul_ps(_mm512_loadu_ps(sr + 16 * k), vscale));
-    _mm512_store_ps(part[r], vm);
-  }
-  const auto vmax = [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); };
-  const Softmax16State st = Softmax16Begin(ReduceRows16(part, vmax), m);
-  const __mmask16 dead = st.dead;
-  _mm512_store_ps(mrow, st.m_new);
-  for (int r = 0; r < 16; ++r) {
-    float* sr = s + r * lds;
-    uint16_t* pr = reinterpret_cast<uint16_t*>(sr);
-    if (dead >> r & 1) {  // P = 0, the row state stays as it is
-      std::memset(pr, 0, NK * 2);
-      _mm512_store_ps(part[r], _mm512_setzero_ps());
-      continue;
-    }
-    const __m512 vmn = _mm512_set1_ps(mrow[r]);
-    __m512 x[NK / 16];
-    __m512 vsum = _mm512_setzero_ps();
-    for (int k = 0; k < NK / 16; ++k) {
-      x[k] = V::template Exp<true>(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sr + 16 * k), vscale), vmn));
-      vsum = _mm512_add_ps(vsum, x[k]);
-    }
-    // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to zero;
-    // TDPBF16PS would read such a P as zero anyway (see the top of the file).
-    for (int k = 0; k < NK / 16; k += 2)
-      _mm512_storeu_si512(pr + 16 * k,
-                          reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x[k + 1], x[k])));
-    _mm512_store_ps(part[r], vsum);
-  }
-  const auto vadd = [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); };
-  Softmax16End(st, ReduceRows16(part, vadd), m, l, acc, lda, ldv, acc_live);
-}
-
-inline void SoftmaxBlock16(float* s, float scale, float* m, float* l, float* acc, int64_t lda,
-                           int64_t ldv) {
-  SoftmaxBlock16N<TN>(s, TN, scale, m, l, acc, lda, ldv);
+// The online softmax of 16 rows over npad keys (softmax-inl.h), P written as bf16 over the first
+// half of each score row (s: 16 rows of raw scores Q.K at stride lds; the scale multiplies them
+// as they are read). acc_live false: the accumulators are not written yet (the caller's P V
+// initializes them), so nothing is rescaled; only valid when every row is without history.
+inline void Softmax16(float* s, int64_t lds, int64_t npad, float scale, float* m, float* l,
+                      float* acc, int64_t lda, int64_t ldv, bool acc_live) {
+  SoftmaxStep st;
+  st.s = s;
+  st.lds = lds;
+  st.rows = 16;
+  st.nk = npad;
+  st.npad = npad;
+  st.scale = scale;
+  st.store.kind = SoftmaxStore::Kind::kBf16;
+  st.m = m;
+  st.l = l;
+  st.acc = acc_live ? acc : nullptr;
+  st.acc_stride = lda;
+  st.ldv = ldv;
+  RunSoftmaxStep(st);
 }
 
 // S = Q K^T for `rows` rows (a multiple of 16) against one packed K tile, with the channels in
@@ -519,7 +418,6 @@ inline void PvRows(const uint16_t* p, int64_t ldp, const uint32_t* vp, int64_t l
 // The generic AMX tile loop: the items AmxCan accepts (the kernel list offers them to the
 // per-tile dequant, SparseAttnSharedkv and dense-prefill AMX kernels first).
 void AmxAttend(const Problem& p, const WorkItem& w, TileScratch& sc, const RowStates& out) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows();
   const int64_t rows_pad = (rows + 15) / 16 * 16;
   // D: the channels of a packed Q row / K tile, nope then rope, zero-padded to a multiple of 32.
@@ -579,102 +477,34 @@ void AmxAttend(const Problem& p, const WorkItem& w, TileScratch& sc, const RowSt
 
     if (!full) TileVisibility(p, b, org, w.i0, nq, jt0, nk, sc.vis, TN);
 
-    // The softmax of attend-inl.h, except that P goes out as bf16 (it is bf16-exact already).
-    const __m512 vscale = _mm512_set1_ps(scale);
+    // The softmax of attend-inl.h (softmax-inl.h), P out as bf16 (it is bf16-exact already).
     const bool plain = full && p.pse == nullptr && nk == TN;
-    int64_t r_first = 0;  // rows before it went through SoftmaxBlock16
-    if (plain) {
-      for (; r_first + 16 <= rows; r_first += 16)
-        SoftmaxBlock16(sc.s + r_first * TN, scale, out.m + r_first, out.l + r_first,
-                       out.acc + r_first * out.acc_stride, out.acc_stride, ldv);
-    }
-    for (int64_t r = r_first; r < rows; ++r) {
-      float* s = sc.s + r * TN;
-      uint16_t* pr = reinterpret_cast<uint16_t*>(s);
-      if (plain) {  // the common case in registers: the same operations, no round trips
-        __m512 x[TN / 16];
-        __m512 vm = _mm512_set1_ps(kNegInf);
-        for (int k = 0; k < TN / 16; ++k) {
-          x[k] = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * k), vscale);
-          vm = _mm512_max_ps(vm, x[k]);
-        }
-        const float m_old = out.m[r];
-        float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
-        if (m_new == kNegInf) {  // nothing finite yet: P = 0, unless a score is NaN (row NaN)
-          __mmask16 nan = 0;
-          for (int k = 0; k < TN / 16; ++k) nan |= _mm512_cmp_ps_mask(x[k], x[k], _CMP_UNORD_Q);
-          if (nan == 0) {
-            std::memset(pr, 0, TN * 2);
-            continue;
-          }
-          m_new = std::numeric_limits<float>::quiet_NaN();
-        }
-        const __m512 vmn = _mm512_set1_ps(m_new);
-        __m512 vsum = _mm512_setzero_ps();
-        for (int k = 0; k < TN / 16; ++k) {
-          x[k] = V::template Exp<true>(_mm512_sub_ps(x[k], vmn));
-          vsum = _mm512_add_ps(vsum, x[k]);
-        }
-        // VCVTNEPS2BF16 rounds to nearest even like RoundBF16 but flushes subnormal inputs to
-        // zero; TDPBF16PS would read such a P as zero anyway (see the top of the file).
-        for (int k = 0; k < TN / 16; k += 2)
-          _mm512_storeu_si512(pr + 16 * k,
-                              reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x[k + 1], x[k])));
-        const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
-        out.l[r] = out.l[r] * alpha + _mm512_reduce_add_ps(vsum);
-        out.m[r] = m_new;
-        if (alpha != 1.f) {
-          float* a = out.acc + r * out.acc_stride;
-          const __m512 va = _mm512_set1_ps(alpha);
-          for (int64_t d = 0; d < ldv; d += 16)
-            _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
-        }
-        continue;
-      }
-      for (int64_t n = 0; n < TN; n += 16)
-        _mm512_storeu_ps(s + n, _mm512_mul_ps(_mm512_loadu_ps(s + n), vscale));
-      BiasAndMaskRow(p, w, org, w.hk, r, jt0, nk, TN, full, sc.vis, s);
-
-      __m512 vm = _mm512_set1_ps(kNegInf);
-      for (int64_t n = 0; n < TN; n += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(s + n));
-      const float m_old = out.m[r];
-      float m_new = std::max(m_old, _mm512_reduce_max_ps(vm));
-      if (m_new == kNegInf) {  // nothing visible yet: P = 0, unless a score is NaN (row NaN)
-        __mmask16 nan = 0;
-        for (int64_t n = 0; n < TN; n += 16) {
-          const __m512 x = _mm512_loadu_ps(s + n);
-          nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-        }
-        if (nan == 0) {
-          std::memset(pr, 0, TN * 2);
-          continue;
-        }
-        m_new = std::numeric_limits<float>::quiet_NaN();
-      }
-      const __m512 vmn = _mm512_set1_ps(m_new);
-      __m512 vsum = _mm512_setzero_ps();
-      __m512 e[TN / 16];
-      for (int64_t k = 0; k < TN / 16; ++k) {
-        // The non-finite-V path multiplies P in fp32 (a denormal P times Inf is Inf, as in the
-        // reference): keep the exact exp there.
-        const __m512 xk = _mm512_sub_ps(_mm512_loadu_ps(s + 16 * k), vmn);
-        e[k] = v_bad ? V::Exp(xk) : V::template Exp<true>(xk);
-        vsum = _mm512_add_ps(vsum, e[k]);
-      }
-      for (int64_t k = 0; k < TN / 16; ++k) {  // all scores read: overwrite with bf16 P
-        const __m512i u = _mm512_srli_epi32(_mm512_castps_si512(V::RoundBF16(e[k])), 16);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + 16 * k), _mm512_cvtepi32_epi16(u));
-      }
-      const float alpha = m_old == kNegInf ? 0.f : ExpScalar(m_old - m_new);
-      out.l[r] = out.l[r] * alpha + _mm512_reduce_add_ps(vsum);
-      out.m[r] = m_new;
-      if (alpha != 1.f) {
-        float* a = out.acc + r * out.acc_stride;
-        const __m512 va = _mm512_set1_ps(alpha);
-        for (int64_t d = 0; d < ldv; d += 16)
-          _mm512_storeu_ps(a + d, _mm512_mul_ps(_mm512_loadu_ps(a + d), va));
+    if (!plain) {
+      const __m512 vscale = _mm512_set1_ps(scale);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* s = sc.s + r * TN;
+        for (int64_t n = 0; n < TN; n += 16)
+          _mm512_storeu_ps(s + n, _mm512_mul_ps(_mm512_loadu_ps(s + n), vscale));
+        BiasAndMaskRow(p, w, org, w.hk, r, jt0, nk, TN, full, sc.vis, s);
       }
     }
+    SoftmaxStep step;
+    step.s = sc.s;
+    step.lds = TN;
+    step.rows = rows;
+    step.nk = nk;
+    step.npad = TN;
+    step.scale = plain ? scale : 1.f;
+    step.store.kind = SoftmaxStore::Kind::kBf16;
+    // The non-finite-V path multiplies P in fp32 (a subnormal P times Inf is Inf, as in the
+    // reference): the exact exp there.
+    step.exact = v_bad;
+    step.m = out.m;
+    step.l = out.l;
+    step.acc = out.acc;
+    step.acc_stride = out.acc_stride;
+    step.ldv = ldv;
+    RunSoftmaxStep(step);
 
     if (v_bad) {
       // A masked cell must not meet a non-finite value (P = 0 times Inf is NaN): visible cells

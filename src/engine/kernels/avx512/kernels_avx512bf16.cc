@@ -30,7 +30,13 @@ namespace openfia::internal::avx512bf16_target {
 
 #include "engine/kernels/avx512/vec_avx512-inl.h"
 
-struct V : Avx512Vec {};
+struct V : Avx512Vec {
+  // bf16 of 16 values that are zero or normal floats (VCVTNEPS2BF16 rounds to nearest even like
+  // StoreBF16, and flushes only subnormal inputs).
+  static void StoreBF16Normal(uint16_t* p, __m512 a) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(a)));
+  }
+};
 
 #define OPENFIA_ATTEND_ROWS 6
 #define OPENFIA_ATTEND_COLS 4

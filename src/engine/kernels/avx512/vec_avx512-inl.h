@@ -107,6 +107,28 @@ struct Avx512Vec {
     return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
   }
 
+  // Lane r: op over the 16 lanes of v[r], for 16 rows at once (v is overwritten): a transposed
+  // reduction tree, 15 shuffle pairs instead of 16 serial in-register reductions. Each row's
+  // lanes are paired as _mm512_reduce_*_ps pairs them (i with i + 8, then + 4, + 2, + 1).
+  template <typename Op>
+  __attribute__((always_inline)) static inline T ReduceRows(T* v, Op op) {
+    T w[8], x[4], y[2];
+    for (int i = 0; i < 8; ++i)  // lanes 0-1: row 2i (8 partials), lanes 2-3: row 2i + 1
+      w[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 4; ++i)  // lane k: row 4i + k (4 partials)
+      x[i] = op(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int i = 0; i < 2; ++i)  // lane k: rows 8i + k, 8i + 4 + k (2 partials each)
+      y[i] = op(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // Element 4k + j holds row 4j + k.
+    const T z = op(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                   _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i idx = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(idx, z);
+  }
+
   // 16x16 transpose: unpack ps, unpack pd, then two rounds of 128-bit lane shuffles.
   __attribute__((always_inline)) static inline void Transpose(T* r) {
     T t[16], u[16];

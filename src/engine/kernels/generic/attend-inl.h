@@ -932,6 +932,7 @@ inline Elem FastElem(const KvOperand& kv, const uint8_t* pre) {
 #include "engine/kernels/avx512/attend_dot-inl.h"
 #endif
 #include "engine/kernels/generic/attend_fullquant-inl.h"
+#include "engine/kernels/generic/softmax-inl.h"
 
 // ---------------------------------------------------------------------------------------------
 // The tile loop
@@ -966,7 +967,6 @@ inline void BiasAndMaskRow(const Problem& p, const WorkItem& w, const ItemOrigin
 
 inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
                        const RowStates& out) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
   const int64_t vs = PackedVStride(ldv);  // row stride of the packed V tile
@@ -1144,65 +1144,37 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
 
       if (!full) TileVisibility(p, b, org, w.i0, nq, jt0, nk, sc.vis, TN);
 
-      const typename V::T vscale = V::Set1(scale);
-      for (int64_t r = 0; r < hrows; ++r) {
-        float* s = sc.s + r * TN;
-        if (!dot)  // (dot tiles store their scores scaled)
-          for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
-        BiasAndMaskRow(p, w, org, hk, r, jt0, nk, npad, full, sc.vis, s);
-
-        typename V::T vm = V::Set1(kNegInf);
-        for (int64_t n = 0; n < npad; n += W) vm = V::Max(vm, V::Load(s + n));
-        const float m_old = o.m[r];
-        float m_new = std::max(m_old, V::ReduceMax(vm));
-        if (m_new == kNegInf) {
-          // No finite score yet. A NaN score (a NaN in K or in its antiquant parameters) makes
-          // the row NaN, as in the reference: m = NaN spreads to P, l and acc. (A vector max may
-          // drop a NaN lane, and std::max(-inf, NaN) is -inf, so look at the scores themselves.)
-          bool nan = false;
-          for (int64_t n = 0; n < nk; ++n) nan = nan || std::isnan(s[n]);
-          if (!nan) {  // nothing visible yet: P = 0 (PvMasked skips it when it matters)
-            for (int64_t n = 0; n < npad; ++n) s[n] = 0.f;
-            continue;
-          }
-          m_new = std::numeric_limits<float>::quiet_NaN();
-        }
-        const typename V::T vmn = V::Set1(m_new);
-        typename V::T vsum = V::Zero();
-        const auto exp_pass = [&]<bool kP>() {
-          for (int64_t n = 0; n < npad; n += W) {
-            const typename V::T x = V::Sub(V::Load(s + n), vmn);
-            typename V::T e = V::template Exp<kP>(x);
-            vsum = V::Add(vsum, e);
-#if defined(OPENFIA_ATTEND_BF16DOT)
-            if (dot) {  // bf16 P in place over the row's first half (read before written)
-              StoreP(reinterpret_cast<uint16_t*>(s) + n, e);
-              continue;
-            }
-#endif
-            if (pe == Elem::kBF16) e = V::RoundBF16(e);
-            else if (pe == Elem::kF16) e = V::RoundF16(e);
-            V::Store(s + n, e);
-          }
-        };
-        // ExpP drops probabilities below exp(-86.5) ~ 2.6e-38 (against l >= 1 they vanish in
-        // fp32) and so never computes a subnormal; a non-finite value must still meet the tiny
-        // probability the reference gives it (tiny x inf = inf, 0 x inf = NaN): exact Exp there,
-        // and on the streaming paths, which do not look at V.
-        if (v_seen && !v_bad) exp_pass.template operator()<true>();
-        else exp_pass.template operator()<false>();
-        // exp(0) is exactly 1 (the polynomial at r = 0): an unchanged finite maximum needs no exp.
-        const float alpha = m_old == kNegInf                            ? 0.f
-                            : m_old == m_new && std::isfinite(m_old) ? 1.f
-                                                                      : ExpScalar(m_old - m_new);
-        o.l[r] = o.l[r] * alpha + V::ReduceSum(vsum);
-        o.m[r] = m_new;
-        if (alpha != 1.f) {
-          float* a = o.acc + r * o.acc_stride;
-          const typename V::T va = V::Set1(alpha);
-          for (int64_t d = 0; d < ldv; d += W) V::Store(a + d, V::Mul(V::Load(a + d), va));
+      // The step's scores: scaled (dot tiles store theirs scaled), the pse bias added, masked
+      // cells and the padding at -inf; a full tile without pse leaves the scaling to the step.
+      const bool prepare = p.pse != nullptr || !full || nk != npad;
+      if (prepare) {
+        const typename V::T vscale = V::Set1(scale);
+        for (int64_t r = 0; r < hrows; ++r) {
+          float* s = sc.s + r * TN;
+          if (!dot)
+            for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
+          BiasAndMaskRow(p, w, org, hk, r, jt0, nk, npad, full, sc.vis, s);
         }
       }
+      SoftmaxStep step;
+      step.s = sc.s;
+      step.lds = TN;
+      step.rows = hrows;
+      step.nk = nk;
+      step.npad = npad;
+      step.scale = prepare || dot ? 1.f : scale;
+      step.store.kind = dot ? SoftmaxStore::Kind::kBf16 : SoftmaxStore::Kind::kRounded;
+      step.store.pe = pe;
+      // The probability exp drops P below exp(-86.5) ~ 2.6e-38 (against l >= 1 they vanish in
+      // fp32); a non-finite value must still meet the tiny P the reference gives it: the exact
+      // exp there, and on the streaming paths, which do not look at V.
+      step.exact = !v_seen || v_bad;
+      step.m = o.m;
+      step.l = o.l;
+      step.acc = o.acc;
+      step.acc_stride = o.acc_stride;
+      step.ldv = ldv;
+      RunSoftmaxStep(step);
 
       if (stream) {
         switch (FastElem(Vx, sc.kpre)) {

@@ -22,6 +22,7 @@ struct ScalarVec {
     return std::exp(a);
   }
   static T RoundBF16(T a) { return cvt::BF16ToF32(cvt::F32ToBF16(a)); }
+  static void StoreBF16(uint16_t* p, T a) { *p = cvt::F32ToBF16(a); }
   static T RoundF16(T a) { return cvt::F16ToF32(cvt::F32ToF16(a)); }
   static T LoadF16(const uint16_t* p) { return cvt::F16ToF32(*p); }
   static T LoadBF16(const uint16_t* p) { return cvt::BF16ToF32(*p); }
