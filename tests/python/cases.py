@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from openfia.quant import pack_int4  # noqa: F401  (re-exported: int4 KV storage of the cases)
+
 CASES_PATH = os.path.join(os.path.dirname(__file__), "..", "cases", "fia_cases.txt")
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -105,16 +107,6 @@ def _broadcast_lengths(lengths, batch, default):
     if len(lengths) == 1:
         return lengths * batch
     return lengths[:batch]
-
-
-def pack_int4(x):
-    """int8 values in [-8, 7], last dim a multiple of 8 -> int32 words (low nibble first)."""
-    *lead, d = x.shape
-    nib = (x.to(torch.int64) & 0xF).reshape(*lead, d // 8, 8)
-    shifts = torch.arange(8, dtype=torch.int64) * 4
-    words = (nib << shifts).sum(-1)
-    words = torch.where(words >= 2**31, words - 2**32, words)
-    return words.to(torch.int32)
 
 
 def bnsd_to_layout(x, layout):
