@@ -34,45 +34,9 @@ The demo preset keeps the head geometry and top-k of S1, S2 and V2 and shrinks B
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
-BF16_U = 2.0 ** -8
-
-
-SETTLE_S = 0.02
-_TINY = {}
-
-
-def settle(side=None):
-    """Prepares the threads for one timed call of `side` ("openfia" or a PyTorch peer).
-
-    First a 20 ms pause, so that no runtime's worker threads are still spinning: PyTorch's OpenMP
-    workers spin for a while after each parallel region (the cache flush is one, and so is a
-    PyTorch peer's call), and a call timed right after shares the two cores with them (S1 cold:
-    7.4 ms right after the flush, 5.8 ms after the pause). Then one tiny untimed call of the same
-    side's runtime, so that the timed call finds its own workers awake, as they are in a model's
-    steady state, instead of waking them from an idle CPU (S1 warm, back to back: ~3.0 ms; after
-    a 20 ms pause alone: ~4.1 ms). The tiny calls read none of the workload's data, so a flushed
-    cache stays cold. Both sides get exactly the same treatment."""
-    time.sleep(SETTLE_S)
-    if side is None:
-        return
-    import torch
-    if side == "openfia":
-        import openfia
-        if "fia" not in _TINY:  # two batches x two KV heads: several work items, both workers run
-            q = torch.zeros(2, 2, 1, 64, dtype=torch.bfloat16)
-            kv = torch.zeros(2, 2, 64, 64, dtype=torch.bfloat16)
-            _TINY["fia"] = (q, kv)
-        q, kv = _TINY["fia"]
-        openfia.npu_fused_infer_attention_score(q, kv, kv, num_heads=2, num_key_value_heads=2,
-                                                input_layout="BNSD")
-    else:
-        if "torch" not in _TINY:  # above PyTorch's parallel grain size: wakes its OpenMP team
-            _TINY["torch"] = torch.ones(1 << 18)
-        float(_TINY["torch"].sum())
-
+from .timing import settle
 
 @dataclass
 class SparseWorkload:
@@ -114,14 +78,14 @@ def build_kvqsfa(name, *, B, S1, N, topk_tokens, kv_len, page, sblock, seed=3):
     import torch.nn.functional as F
 
     import openfia
-    from openfia import kvqsfa as K
+    from openfia import quant
 
     gen = torch.Generator().manual_seed(seed)
     dt = torch.bfloat16
     table, nblocks = _pages(kv_len, B, page, gen)
     nope = torch.randn(nblocks * page, 512, generator=gen)
     rope = torch.randn(nblocks * page, 64, generator=gen).to(dt)
-    pool = K.quantize_kv_rows(nope, rope, "int8").reshape(nblocks, page, 1, 656)
+    pool = quant.quantize_kv_rows(nope, rope, "int8").reshape(nblocks, page, 1, 656)
     query = torch.randn(B, S1, N, 576, generator=gen).to(dt)
     kentries = topk_tokens // sblock
     # sparse_mode 3: row i sees tokens < thr = kv_len - S1 + i + 1; the lightning indexer picks
@@ -140,7 +104,7 @@ def build_kvqsfa(name, *, B, S1, N, topk_tokens, kv_len, page, sblock, seed=3):
             block_table=table, actual_seq_lengths_kv=lens, sparse_block_size=sblock,
             sparse_mode=3)
 
-    flat = pool.view(torch.uint8).reshape(-1, 656)
+    flat = pool.reshape(-1, 656)
     bix = torch.arange(B).view(B, 1, 1)
     q_rows = query.reshape(B * S1, 1, N, 576)
 
@@ -148,11 +112,8 @@ def build_kvqsfa(name, *, B, S1, N, topk_tokens, kv_len, page, sblock, seed=3):
         tok = idx[:, :, 0, :].long()                                   # [B, S1, E]
         if sblock > 1:
             tok = (tok.unsqueeze(-1) * sblock + torch.arange(sblock)).flatten(-2)
-        rows = flat[_phys(table, bix, tok, page)]                      # [B, S1, T, 656] bytes
-        sc = rows[..., 640:656].contiguous().view(torch.float32)       # [B, S1, T, 4]
-        q8 = rows[..., :512].contiguous().view(torch.int8).float().unflatten(-1, (4, 128))
-        knope = (q8 * sc.unsqueeze(-1)).flatten(-2).to(dt)             # as the operator rounds
-        krope = rows[..., 512:640].contiguous().view(dt)
+        rows = flat[_phys(table, bix, tok, page)]                      # [B, S1, T, 656] int8
+        knope, krope = quant.dequantize_kv_rows(rows, dt)              # as the operator rounds
         k = torch.cat([knope, krope], -1).reshape(B * S1, 1, -1, 576)
         return k, k[..., :512]
 
@@ -309,7 +270,8 @@ def build_sas(name, *, B, S1, S2, N, D, ratio, k2, page=128, cmp_page=64, metada
 
 
 def describe_plan(meta):
-    """The split a SparseAttnSharedkv metadata tensor describes (SEMANTICS 3.4 record layout)."""
+    """The split a SparseAttnSharedkv metadata tensor describes: 36 compute records of 8 words
+    (on flag, then (bn2, m, s2) start and end cursors) followed by 72 reduce records."""
     words = meta.tolist()
     recs = [words[8 * c:8 * c + 8] for c in range(36)]
     on = [r for r in recs if r[0]]
@@ -318,7 +280,7 @@ def describe_plan(meta):
     fd_on = [r for r in fd if r[0]]
     chunks = sorted({r[4] for r in fd_on})
     text = (f"{len(on)} compute record(s): " + ", ".join(f"{cur(r, 1)}..{cur(r, 4)}" for r in on)
-            + f" [(bn2, m, s2) cursors]; ")
+            + " [(bn2, m, s2) cursors]; ")
     if fd_on:
         text += (f"{len(fd_on)} reduce record(s) merging {'/'.join(map(str, chunks))} S2 chunk "
                  f"partial states per row")
@@ -385,74 +347,6 @@ def build(name, preset):
                                                                        else full))
 
 
-def probe_impl(openfia, w):
-    """"engine", or "reference" when the fast engine does not support this operator (yet)."""
-    openfia.set_impl("engine")
-    try:
-        w.call_openfia()
-        return "engine", ""
-    except openfia.OpenfiaError as e:
-        if "engine" not in str(e):
-            raise
-        return "reference", str(e)
-    finally:
-        openfia.set_impl("auto")
-
-
-def run_workload(openfia, torch, w, runs, flush, progress):
-    res = {"workload": w.name, "shape": w.shape, "decode": w.decode, "flops": w.flops,
-           "kv_bytes": w.kv_bytes, "io_bytes": w.io_bytes, "limit": "bf16"}
-    if w.note:
-        res["note"] = w.note
-    impl, why = probe_impl(openfia, w)
-    res["impl"], res["impl_note"] = impl, why
-    progress.step(f"{w.name}: openfia ({impl}) first call")
-
-    o_fia = w.out_to_rows(w.call_openfia()).float()
-    prepared = w.prep()
-    ref = w.sdpa(prepared, torch.float32).float()
-
-    def call_fair():
-        return w.sdpa(w.prep())
-
-    o_fair = call_fair().float()
-    o_best = w.sdpa(prepared).float()
-    err = lambda o: float((o - ref).abs().max()) if o.shape == ref.shape else math.inf  # noqa: E731
-    res["err_openfia"], res["err_torch"] = err(o_fia), err(o_fair)
-    res["err_torch_best"] = err(o_best)
-    # Elementwise bound: output rounding u/2 |out| + P rounded to bf16 u/2 sum P|v| (computed:
-    # SDPA with |V|), doubled, plus the float32 reference's own accumulation error.
-    tol = (BF16_U * (ref.abs() + w.sdpa(prepared, torch.float32, abs_v=True).float())
-           + w.acc_len * 2.0 ** -24 * w.vmax)
-    ratio = (o_fia - ref).abs() / tol if o_fia.shape == ref.shape else None
-    worst = int(ratio.flatten().argmax()) if ratio is not None else 0
-    res["tol"] = float(tol.flatten()[worst])
-    res["err_to_tol"] = float(ratio.max()) if ratio is not None else math.inf
-    res["correct"] = bool(torch.isfinite(o_fia).all()) and res["err_to_tol"] <= 1.0
-    if not res["correct"]:
-        progress.step(f"{w.name}: WRONG RESULT, not timed", 3 * runs)
-        return res
-
-    peers = [("openfia", w.call_openfia), ("torch", call_fair),
-             ("torch_best", lambda: w.sdpa(prepared))]
-    best = {n: math.inf for n, _ in peers}
-    for r in range(runs):
-        for n, fn in peers:
-            if flush is not None and w.decode:
-                flush()
-            settle(n)
-            t0 = time.perf_counter()
-            fn()
-            best[n] = min(best[n], time.perf_counter() - t0)
-            progress.step(f"{w.name}: {n} run {r + 1}/{runs}")
-    for n in best:
-        res[f"t_{n}"] = best[n]
-    if w.report is not None:
-        res["note"] = w.report(res)
-    return res
-
-
-
 # ---- SparseAttnSharedkv cost model (docs/sparse_attn_sharedkv.md, "Cost model") ---------------
 
 def sas_cost_model(reps=15, S2=4096, N=64, D=512):
@@ -505,13 +399,3 @@ def sas_cost_model(reps=15, S2=4096, N=64, D=512):
               "ps_per_merged_row": m * 1e12}
     print("constants (ps): " + ", ".join(f"{k} {v:.0f}" for k, v in consts.items()))
     return consts
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] == ["--sas-cost-model"]:
-        sas_cost_model()
-    else:
-        print("usage: python -m openfia.bench_sparse --sas-cost-model", file=sys.stderr)
-        sys.exit(2)
