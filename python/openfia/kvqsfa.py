@@ -15,7 +15,8 @@ attention/kv_quant_sparse_flash_attention/examples/test_npu_kv_quant_sparse_flas
 (which passes every argument after sparse_indices by keyword). Notably: key_quant_mode and
 value_quant_mode are required positional arguments; attention_mode defaults to 0, which the
 operator rejects (only 2 is supported), so callers pass attention_mode=2 as the example does;
-key_dtype/value_dtype/sinks are the newest additions. Semantics: docs/kv_quant_sparse_flash_attention.md.
+key_dtype/value_dtype/sinks are the newest additions.
+Semantics: docs/kv_quant_sparse_flash_attention.md.
 The row helpers live in openfia.quant and are re-exported here.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ from . import attention_state, fia, kvqsfa, sas
 
 TORCH_DTYPES = N.torch_dtypes()
 
-# ---- schemas --------------------------------------------------------------------------------------
+# ---- schemas -------------------------------------------------------------------------------------
 
 # The argument list after `value`, exactly as torch_npu declares npu_fused_infer_attention_score.
 _FIA_KWARGS_SCHEMA = (
@@ -100,7 +100,7 @@ def _merge_cpu(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND", out
                                        out_dtype)
 
 
-# ---- fake kernels ---------------------------------------------------------------------------------
+# ---- fake kernels --------------------------------------------------------------------------------
 
 def fia_fake_spec(query, key, value, *, block_table=None, quant_scale2=None, num_heads=1,
                   input_layout="BSH", num_key_value_heads=0, softmax_lse_flag=False, **_):
@@ -196,7 +196,7 @@ def _merge_fake(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND", ou
             lse_a.new_empty(lse_a.shape, dtype=torch.float32))
 
 
-# ---- the operator table ---------------------------------------------------------------------------
+# ---- the operator table --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class _Op:

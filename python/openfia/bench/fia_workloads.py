@@ -65,6 +65,24 @@ class Workload:
     def name(self):
         return self.case.name
 
+    def label(self):
+        """What the workload is, in a user's words."""
+        c = self.case
+        B, S, KVS = c.i("B"), c.i("S"), c.i("KVS")
+        cache = ("int8 " if c.p["kv"] == "int8" else "int4 " if c.p["kv"] == "int4" else "")
+        cache += "paged " if c.i("page") else ""
+        if c.i("rope"):
+            text = (f"MLA decode (DeepSeek geometry, {c.i('N')} heads): {B} seq x {KVS} "
+                    f"{cache}cached tokens")
+        elif S == 1:
+            text = f"decode: {B} seq x {KVS} {cache}cached tokens"
+        else:
+            text = f"causal prefill: {B} seq x {S} new tokens" + (
+                f" after {KVS - S} cached" if KVS > S else "")
+        if c.i("fullquant"):
+            text += ", int8 Q, K and V"
+        return text
+
     def describe(self):
         c = self.case
         s = (f"B={c.i('B')} N={c.i('N')}/{c.int_or('KVN', c.i('N'))} "

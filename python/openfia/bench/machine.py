@@ -105,7 +105,9 @@ def adjacent_limit(r, lim, what):
     if what == "bw":
         key = "read_bw_gbs"
     else:
-        keys = ["fma_fp32_gflops"] + (["bf16_dot_gflops"] if lim and lim.get("has_bf16_dot") else [])
+        keys = ["fma_fp32_gflops"]
+        if lim and lim.get("has_bf16_dot"):
+            keys.append("bf16_dot_gflops")
         return max(p.get(k, 0) for p in ps for k in keys) or None
     return max(p[key] for p in ps) or None
 

@@ -1,23 +1,25 @@
 """One workload through openfia and its PyTorch peers: the correctness check first (a wrong
-result is reported and not timed), then interleaved timing."""
+result is reported and not timed), then rounds of one call of each until the ratios are stable
+(timing.repeat_until_stable)."""
 from __future__ import annotations
 
 import math
 
-from .timing import probe_impl, time_interleaved
+from .stats import median
+from .timing import probe_impl, repeat_until_stable
 
 BF16_U = 2.0 ** -8  # unit roundoff of bfloat16
 
 
-def run_fia(openfia, torch, w, runs, flush, progress):
+def run_fia(openfia, torch, w, policy, flush, progress):
     import torch.nn.functional as F
 
-    res = {"workload": w.name, "shape": w.describe(), "decode": w.decode, "flops": w.flops,
-           "kv_bytes": w.kv_bytes, "io_bytes": w.io_bytes}
+    res = {"workload": w.name, "label": w.label(), "shape": w.describe(), "decode": w.decode,
+           "flops": w.flops, "kv_bytes": w.kv_bytes, "io_bytes": w.io_bytes}
     impl, why = probe_impl(openfia, lambda: openfia.npu_fused_infer_attention_score(
         *w.fia_args, **w.fia_kwargs))
     res["impl"], res["impl_note"] = impl, why
-    progress.step(f"{w.name}: openfia ({impl}) first call")
+    progress.update(w.name, f"first call (openfia {impl}), checking the result")
 
     # ---- correctness, before any timing ----
     out = openfia.npu_fused_infer_attention_score(*w.fia_args, **w.fia_kwargs)[0]
@@ -47,38 +49,61 @@ def run_fia(openfia, torch, w, runs, flush, progress):
     o_fair = call_fair().float()
     o_best = call_best().float()
     err = lambda o: float((o - ref).abs().max()) if o.shape == ref.shape else math.inf  # noqa: E731
-    res["err_openfia"], res["err_torch"], res["err_torch_best"] = err(o_fia), err(o_fair), err(o_best)
+    res["err_openfia"], res["err_torch"] = err(o_fia), err(o_fair)
+    res["err_torch_best"] = err(o_best)
     # openfia must be within 4x of PyTorch's own bf16 error on the same inputs, or within two
     # output roundings of the largest output (whichever is larger). A wrong mask, scale or
     # dequantization gives errors of the size of the output itself, orders of magnitude above.
     res["tol"] = max(4 * res["err_torch_best"], 2 * BF16_U * float(ref.abs().max()))
     res["correct"] = bool(res["err_openfia"] <= res["tol"])
     if not res["correct"]:
-        progress.step(f"{w.name}: WRONG RESULT, not timed", 3 * runs)
+        progress.update(w.name, "WRONG RESULT, not timed")
         return res
 
-    # ---- interleaved timing: one call of each per round; min over rounds ----
+    # ---- timing: rounds of one call of each until the ratios are stable ----
     peers = [("openfia", lambda: openfia.npu_fused_infer_attention_score(*w.fia_args,
                                                                          **w.fia_kwargs)),
              ("torch", call_fair)]
+    # For contiguous bf16 prefill the best case is the same SDPA call: not timed twice.
     if w.paged_or_quant or w.decode:
         peers.append(("torch_best", call_best))
-    best = time_interleaved(peers, runs, flush, w.decode, progress, w.name)
-    for name in best:
-        res[f"t_{name}"] = best[name]
-    if "t_torch_best" not in res:
-        res["t_torch_best"] = res["t_torch"]
+    return add_timing(res, repeat_until_stable(peers, policy, flush, w.decode, progress, w.name),
+                      progress)
+
+
+def add_timing(res, rounds, progress):
+    """The timing fields of a result record: every round's seconds, min and median per peer,
+    the ratios of the PyTorch peers to openfia with their intervals, and whether they settled.
+    A peer that was not timed separately (the best case where it is the same call as the
+    composition) takes the composition's numbers."""
+    res["times"] = rounds.times
+    res["rounds"] = len(rounds.times["openfia"])
+    res["stable"] = rounds.stable
+    res["seconds"] = rounds.seconds
+    for peer in ("openfia", "torch", "torch_best"):
+        src = peer if peer in rounds.times else "torch"
+        res[f"t_{peer}"] = min(rounds.times[src])
+        res[f"med_{peer}"] = median(rounds.times[src])
+        if peer != "openfia":
+            r = rounds.ratio(src)
+            res[f"ratio_{peer}"] = {"value": r.value, "low": r.low, "high": r.high}
+    res["best_is_torch"] = "torch_best" not in rounds.times
+    x = res["ratio_torch"]
+    progress.result(res["workload"], f"{res['rounds']} rounds in {rounds.seconds:.0f} s"
+                    f"{'' if rounds.stable else ' (not stable)'}; openfia "
+                    f"{res['med_openfia'] * 1e3:.3f} ms median, PyTorch / openfia "
+                    f"{x['value']:.2f}x ({x['low']:.2f}-{x['high']:.2f})")
     return res
 
 
-def run_sparse(openfia, torch, w, runs, flush, progress):
-    res = {"workload": w.name, "shape": w.shape, "decode": w.decode, "flops": w.flops,
-           "kv_bytes": w.kv_bytes, "io_bytes": w.io_bytes, "limit": "bf16"}
+def run_sparse(openfia, torch, w, policy, flush, progress):
+    res = {"workload": w.name, "label": w.label, "shape": w.shape, "decode": w.decode,
+           "flops": w.flops, "kv_bytes": w.kv_bytes, "io_bytes": w.io_bytes, "limit": "bf16"}
     if w.note:
         res["note"] = w.note
     impl, why = probe_impl(openfia, w.call_openfia)
     res["impl"], res["impl_note"] = impl, why
-    progress.step(f"{w.name}: openfia ({impl}) first call")
+    progress.update(w.name, f"first call (openfia {impl}), checking the result")
 
     o_fia = w.out_to_rows(w.call_openfia()).float()
     prepared = w.prep()
@@ -102,14 +127,13 @@ def run_sparse(openfia, torch, w, runs, flush, progress):
     res["err_to_tol"] = float(ratio.max()) if ratio is not None else math.inf
     res["correct"] = bool(torch.isfinite(o_fia).all()) and res["err_to_tol"] <= 1.0
     if not res["correct"]:
-        progress.step(f"{w.name}: WRONG RESULT, not timed", 3 * runs)
+        progress.update(w.name, "WRONG RESULT, not timed")
         return res
 
     peers = [("openfia", w.call_openfia), ("torch", call_fair),
              ("torch_best", lambda: w.sdpa(prepared))]
-    best = time_interleaved(peers, runs, flush, w.decode, progress, w.name)
-    for n in best:
-        res[f"t_{n}"] = best[n]
+    add_timing(res, repeat_until_stable(peers, policy, flush, w.decode, progress, w.name),
+               progress)
     if w.report is not None:
         res["note"] = w.report(res)
     return res

@@ -1,35 +1,26 @@
-"""Sparse-attention workloads of `python -m openfia.bench`: KvQuantSparseFlashAttention (S1, S2,
-DeepSeek-V3.2) and SparseAttnSharedkv (V1, V2, V3, DeepSeek-V4), each with a fair PyTorch
-composition measured in the same run.
+"""Sparse-attention workloads of the benchmark: KvQuantSparseFlashAttention (S1, S2,
+DeepSeek-V3.2) and SparseAttnSharedkv (V1, V2, V3, DeepSeek-V4), each with its PyTorch
+compositions. runner.run_sparse checks and times them; they share the table with the FIA rows.
 
-Each workload yields the same result record as the FIA rows of bench.py (bench.run_workload), so
-they share the table. Peers:
-  * "torch" : everything a PyTorch user does per call, all of it timed: gather the selected rows
-    (through the page table), dequantize (KvQuantSparseFlashAttention: int8 * per-tile scale,
-    rounded to bf16 as the operator does; the rope bytes reinterpreted as bf16), then one
+Peers:
+  * PyTorch: everything a PyTorch user does per call, all of it timed: gather the selected rows
+    (through the page table), dequantize (KvQuantSparseFlashAttention: int8 code x per-tile
+    scale, rounded to bf16 as the operator does; the rope bytes read as bf16), then one
     scaled_dot_product_attention with the query heads folded into query rows (all heads share
     the one KV head); SparseAttnSharedkv adds a zero key whose additive bias is the head's sink
     (its score is the sink, its value 0: exactly the sink term of the softmax denominator).
-  * "torch*": the same SDPA call on K/V already gathered and dequantized (PyTorch's best case).
-Correctness gate, before timing: the same composition in float32 on the same (exactly
-dequantized) inputs is the reference; openfia's bf16 output must be within
-BF16_U * (max|ref| + max|V|) of it elementwise: P is rounded to bf16 before P.V (<= u/2 of
-max|V|) and the output is rounded once (<= u/2 of |out|); float32 accumulation over <= 2200 keys
-adds < u/32 of max|V|. A wrong selection, threshold, scale or sink is of the size of the output.
+  * PyTorch best case: the same SDPA call on K/V already gathered and dequantized.
+Correctness, before timing: the same composition in float32 on the same (exactly dequantized)
+inputs is the reference; openfia's bf16 output must be within BF16_U * (|ref| + P|V|) of it
+element by element, plus the float32 reference's own accumulation error: P is rounded to bf16
+before P.V (<= u/2 of P|V|) and the output is rounded once (<= u/2 of |out|). A wrong selection,
+threshold, scale or sink errs by the size of the output.
 
-Both operators run on openfia's engine (the table's "openfia impl" column says so per row;
-"reference" would mark a call the engine does not take, timed on the fp64 reference).
-KvQuantSparseFlashAttention (S1, S2): with a bfloat16 query on CPUs with AMX-BF16, each tile of
-64 selected rows is dequantized once to bf16 (int8 / fp8 / hifloat8 times the per-128-channel
-scale, rounded as the operator does) and K, V and all query heads share it on AMX tiles
-(src/simd/amx_tile_dequant-inl.h); a float16 query takes the AVX-512 path with a vectorized
-per-tile dequant. SparseAttnSharedkv: bf16 items on AMX tiles where the CPU has them, AVX-512
-otherwise. A SparseAttnSharedkv call executes its metadata (V3 passes one; the others let the
-operator plan for the thread count): compute records -> engine items, the S2 split of
-small-batch decode -> partial states merged by the reduce records. V3 reports each planned
-worker's busy time (engine timing through the bench-only openfia.sas.sparse_attn_sharedkv_busy).
-The demo preset keeps the head geometry and top-k of S1, S2 and V2 and shrinks B and the KV length
-(V1, V3 also top-k) so that all five rows run in seconds on 2 cores.
+A SparseAttnSharedkv call executes its metadata (V3 passes one; the others let the operator plan
+for the thread count); V3 also reports each planned worker's busy time (through the bench-only
+openfia.sas.sparse_attn_sharedkv_busy). The demo preset keeps the head geometry and top-k of S1,
+S2 and V2 and shrinks the batch and the KV length (V1, V3 also the top-k), so that all five run
+in seconds on 2 cores.
 """
 from __future__ import annotations
 
@@ -55,6 +46,7 @@ class SparseWorkload:
     note: str = ""           # extra text for the report (metadata split)
     report: object = None    # optional (result record) -> note text, run after the timing
     busy: object = None      # SparseAttnSharedkv: () -> (out, lse, busy seconds), bench-only
+    label: str = ""          # what the workload is, in a user's words
 
 
 def _pages(n_tokens_per_batch, B, page, gen):
@@ -131,10 +123,12 @@ def build_kvqsfa(name, *, B, S1, N, topk_tokens, kv_len, page, sblock, seed=3):
     shape = (f"B={B} S1={S1} N={N} D=512+64 topk={topk_tokens}"
              + (f" (={kentries}x{sblock})" if sblock > 1 else "")
              + f" KV={kv_len} int8 paged/{page}")
+    label = (f"DeepSeek-V3.2 sparse decode{' (MTP, ' + str(S1) + ' tokens)' if S1 > 1 else ''}:"
+             f" {B} seq x top-{topk_tokens} of {kv_len} int8 cached tokens")
     # S1 = 4 is multi-token-prediction decode: the KV cache is as cold as for S1 = 1.
     return SparseWorkload(name, shape, True, 2.0 * (576 + 512) * pairs, kv_bytes, io,
                           call_openfia, lambda o: o.reshape(B * S1, 1, N, 512), prep, sdpa, vmax,
-                          topk_tokens + 576)
+                          topk_tokens + 576, label=label)
 
 
 # ---- SparseAttnSharedkv -----------------------------------------------------------------------
@@ -187,7 +181,8 @@ def build_sas(name, *, B, S1, S2, N, D, ratio, k2, page=128, cmp_page=64, metada
         return sas.npu_sparse_attn_sharedkv(q, **kw)[0]
 
     def report(res):
-        return _busy_report(name, openfia, sas, meta, lambda: sas.sparse_attn_sharedkv_busy(q, **kw))
+        return _busy_report(name, openfia, sas, meta,
+                            lambda: sas.sparse_attn_sharedkv_busy(q, **kw))
 
     # Per row the keys are: window positions p-127..p (masked below 0), then the compressed
     # entries (SCFA: the row's indices, -1 masked; CFA: all entries, those >= thr masked), then
@@ -263,10 +258,14 @@ def build_sas(name, *, B, S1, S2, N, D, ratio, k2, page=128, cmp_page=64, metada
     mode = f"SCFA k2={k2}" if k2 else "CFA"
     shape = (f"B={B} S1={S1} N={N} D={D} oriKV={S2} win={WIN} cmp/{ratio} {mode} sinks "
              f"paged/{page}" + (" +metadata" if metadata else ""))
+    kind = "decode" if S1 == 1 else f"prefill of {S1} tokens"
+    entries = f"top-{k2} of the compressed entries" if k2 else "all compressed entries"
+    label = (f"DeepSeek-V4 {kind}: {B} seq x {S2} tokens, {WIN}-token window + {entries} "
+             f"(1 per {ratio})" + (", planned by the metadata op" if metadata else ""))
     return SparseWorkload(name, shape, S1 == 1, 2.0 * 2 * D * pairs, kv_bytes, io, call_openfia,
                           lambda o: o.reshape(B * S1, 1, N, D), prep, sdpa, vmax,
                           max(keys_per_row) + D, "", report if metadata else None,
-                          lambda: sas.sparse_attn_sharedkv_busy(q, **kw))
+                          lambda: sas.sparse_attn_sharedkv_busy(q, **kw), label)
 
 
 def describe_plan(meta):

@@ -1,10 +1,13 @@
 """Timing for the benchmark: the same preparation before every timed call of either side, cold
-caches for decode, interleaved rounds, a progress line."""
+caches for decode, rounds of one call of each side repeated until their ratios are stable, a
+progress line."""
 from __future__ import annotations
 
-import math
 import sys
 import time
+from dataclasses import dataclass
+
+from .stats import paired_ratio
 
 SETTLE_S = 0.02
 _TINY = {}
@@ -40,7 +43,6 @@ def settle(side=None):
         float(_TINY["torch"].sum())
 
 
-
 class CacheFlusher:
     """Streams through 2x the last-level cache so that the next call reads its KV from memory."""
 
@@ -52,7 +54,6 @@ class CacheFlusher:
 
     def __call__(self):
         self.sink += float(self.buf.sum())
-
 
 
 def probe_impl(openfia, call):
@@ -69,44 +70,93 @@ def probe_impl(openfia, call):
         openfia.set_impl("auto")
 
 
-def time_interleaved(peers, runs, flush, cold, progress, name):
-    """Times each (peer name, callable) `runs` times, interleaved: one call of each per round,
-    each prepared by settle() (and a cache flush first when `cold`). Returns {peer: min s}."""
-    best = {n: math.inf for n, _ in peers}
-    for r in range(runs):
+@dataclass
+class Rounds:
+    """What repeat_until_stable measured: every call's seconds per peer, in round order."""
+    times: dict            # peer name -> [seconds per round]
+    stable: bool           # every ratio's interval narrowed to the target
+    seconds: float         # wall time spent
+
+    def ratio(self, peer, base="openfia"):
+        return paired_ratio(self.times[peer], self.times[base])
+
+
+@dataclass
+class Policy:
+    """When repeat_until_stable stops: after at least `min_rounds` rounds, once every ratio of a
+    PyTorch peer to openfia has a ~95% interval within +-`target` of it; or, unstable, after
+    `max_rounds` rounds or `budget_s` seconds."""
+    min_rounds: int = 5
+    max_rounds: int = 25
+    budget_s: float = 20.0
+    target: float = 0.10
+
+
+def repeat_until_stable(peers, policy, flush, cold, progress, name):
+    """Times rounds of one call of each (peer name, callable), in order, each prepared by settle()
+    (and a cache flush first when `cold`), until the ratios are stable or the policy gives up.
+    The first peer is the base of the ratios."""
+    base = peers[0][0]
+    times = {n: [] for n, _ in peers}
+    t0 = time.perf_counter()
+    stable = False
+    for r in range(policy.max_rounds):
         for n, fn in peers:
             if flush is not None and cold:
                 flush()
             settle(n)
-            t0 = time.perf_counter()
+            t = time.perf_counter()
             fn()
-            best[n] = min(best[n], time.perf_counter() - t0)
-            progress.step(f"{name}: {n} run {r + 1}/{runs}")
-        if len(peers) < 3:  # the progress bar counts three calls per round
-            progress.step(f"{name}: round {r + 1}", 3 - len(peers))
-    return best
+            times[n].append(time.perf_counter() - t)
+        if r + 1 < policy.min_rounds:
+            progress.update(name, f"round {r + 1}")
+            continue
+        widths = [paired_ratio(times[n], times[base]).rel_halfwidth for n, _ in peers[1:]]
+        worst = max(widths, default=0.0)
+        progress.update(name, f"round {r + 1}, ratios within +-{100 * worst:.0f}%")
+        if worst <= policy.target:
+            stable = True
+            break
+        if time.perf_counter() - t0 > policy.budget_s:
+            break
+    return Rounds(times, stable, time.perf_counter() - t0)
 
 
 class Progress:
+    """One status line: which workload of how many, and what it is doing (rewritten in place on
+    a terminal; one line per workload otherwise)."""
+
     def __init__(self, total, stream=sys.stderr):
-        self.total, self.done, self.stream = max(total, 1), 0, stream
+        self.total, self.index, self.stream = total, 0, stream
         self.tty = stream.isatty()
         self.t0 = time.perf_counter()
-        self.last_line = ""
+        self.name = None
 
-    def step(self, what, n=1):
-        self.done += n
-        frac = min(1.0, self.done / self.total)
-        bar = "#" * int(30 * frac) + "." * (30 - int(30 * frac))
-        line = f"[{bar}] {100 * frac:3.0f}% {time.perf_counter() - self.t0:6.1f}s {what}"
+    def update(self, name, what):
+        if name != self.name:
+            if self.name is not None and self.tty:
+                self.stream.write("\n")
+            self.index += 1
+            self.name = name
+            new = True
+        else:
+            new = False
+        line = (f"[{self.index}/{self.total}] {time.perf_counter() - self.t0:6.1f}s {name}: "
+                f"{what}")
         if self.tty:
             self.stream.write("\r" + line[:110].ljust(110))
             self.stream.flush()
-        elif what.split(":")[0] != self.last_line:  # one line per workload when not a terminal
+        elif new:
             self.stream.write(line + "\n")
             self.stream.flush()
-            self.last_line = what.split(":")[0]
+
+    def result(self, name, what):
+        """The workload's outcome: its own line, on a terminal and in a log alike."""
+        self.update(name, what)
+        if not self.tty:
+            self.stream.write(f"      {name}: {what}\n")
+            self.stream.flush()
 
     def finish(self):
-        if self.tty:
+        if self.tty and self.name is not None:
             self.stream.write("\n")
