@@ -44,6 +44,9 @@ ENVIRONMENT = (
     ("OPENFIA_SIMD", "library", "best",
      "the highest SIMD target the engine may use: scalar, avx2, avx512, avx512bf16, avx512fp16, "
      "amx, neon, neonbf16, sve or best"),
+    ("OPENFIA_KERNEL", "library", "each call's kernel picked from the SIMD target's list",
+     "forces one attention kernel for every work item (for tests and measurements); a call "
+     "the kernel cannot run is then an error naming why"),
     ("OPENFIA_TORCHAIR_BACKEND", "python run", "inductor",
      "the torch.compile backend behind the torchair stand-in's npu backend (e.g. eager)"),
     ("OPENFIA_BENCH_BIN", "bench", "build/bench/bench/openfia-bench of the source tree, or on PATH",
@@ -157,6 +160,9 @@ def info(out=sys.stdout):
         target = f"none: {e}"
     w(f"SIMD target in use: {target}\n")
     w(f"SIMD targets this CPU can run: {', '.join(runnable_simd_targets())}\n")
+    kernels = getattr(openfia._openfia, "available_kernels", None)  # where the build has it
+    if kernels is not None:
+        w(f"attention kernels this CPU runs: {', '.join(kernels())}\n")
     w(f"threads: {openfia.get_num_threads()}\n")
     w(f"implementation: {openfia.get_impl()}\n")
     try:

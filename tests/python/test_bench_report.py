@@ -35,7 +35,7 @@ def test_adjacent_percent_uses_the_best_reading_next_to_the_workload():
     lim = dict(LIM, has_bf16_dot=True, bf16_dot_gflops_core=400.0)
     r = row(False, probe_before=dict(before, bf16_dot_gflops=500.0), probe_after=None)
     assert report.percent_of_limit(r, lim, 2, adjacent=True) == (100 * 100 / 500, "bf16")
-    # Where vdpbf16ps is slower than the FMA (the Intel VM of session 12), the FMA is the peak:
+    # Where vdpbf16ps is slower than the FMA (some Intel CPUs), the FMA is the peak:
     # the run's limits and the readings next to the workload alike.
     slow = dict(LIM, has_bf16_dot=True, bf16_dot_gflops_core=50.0)
     assert report.percent_of_limit(row(False), slow, 2) == (100 * 100 / 200, "bf16")

@@ -124,10 +124,10 @@ def bw_limit(lim, threads):
 
 
 def bf16_limit(lim, threads):
-    """The bf16 compute peak the targets use: the faster of vdpbf16ps (where the CPU has it) and
-    the fp32 FMA on widened bf16 inputs (bf16 x bf16 products are exact in fp32 either way). The
-    engine multiplies with the faster one: on AMD Zen 4 vdpbf16ps is 2x the FMA, on the Intel
-    VM of session 12 half of it, where a "% of the vdpbf16ps peak" would read over 100%."""
+    """The bf16 compute peak bf16 work is measured against: the faster of vdpbf16ps (where the
+    CPU has it) and the fp32 FMA on widened bf16 inputs (bf16 x bf16 products are exact in fp32
+    either way). The engine multiplies with the faster one: on AMD Zen 4 vdpbf16ps is 2x the
+    FMA, on some Intel CPUs half of it, where a "% of the vdpbf16ps peak" would read over 100%."""
     if not lim:
         return None
     fma = lim["fma_fp32_gflops_core"]
