@@ -1,5 +1,5 @@
-// openfia-bench: model-shaped FusedInferAttentionScore workloads (the `model` tier of
-// tests/cases/fia_cases.txt) through the public C++ API, reported against limits this binary
+// openfia-bench: model-shaped FusedInferAttentionScore workloads (the `model` lines of
+// python/openfia/bench/model_cases.txt) through the public C++ API, reported against limits this binary
 // measures on the machine it runs on. See docs/benchmark.md.
 //
 //   openfia-bench [--preset demo|full] [--threads 1,all] [--cases FILE] [--warm]
@@ -34,7 +34,7 @@ struct Options {
   bool limits_only = false;
   bool probe_server = false;  // --probe-server: limits next to each workload (machine_limits.h)
   std::string preset = "full";
-  std::string cases;  // empty: the shared list, else bench/model_cases.txt
+  std::string cases;  // empty: the model workloads file (python/openfia/bench/model_cases.txt)
   std::vector<int> threads;
   bool cold = true;
   bool linearity = true;
@@ -199,8 +199,8 @@ int64_t IterationsFor(double probe_s, double target_s, int64_t cap) {
 }
 
 std::string DefaultCasesFile(std::string* fallback) {
-  *fallback = OPENFIA_BENCH_DIR "/model_cases.txt";
-  return OPENFIA_CASES_DIR "/fia_cases.txt";
+  fallback->clear();  // one file holds the model workloads
+  return OPENFIA_MODEL_CASE_LIST;
 }
 
 const Result* Find(const std::string& base, int threads) {

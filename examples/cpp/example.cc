@@ -1,6 +1,9 @@
 // openfia from C++: a Llama-style GQA prefill (causal, BSH) and one paged decode step, through
-// the framework-free API (TensorView over your own buffers). Build it inside the openfia tree
-// (OPENFIA_BUILD_EXAMPLES=ON) or against an installed openfia (examples/cpp/CMakeLists.txt).
+// the framework-free API (TensorView over your own buffers), each checked element by element
+// against a plain double-precision loop over the same attention; exits 1 if they disagree.
+// Build it inside the openfia tree (OPENFIA_BUILD_EXAMPLES=ON) or against an installed openfia
+// (examples/cpp/CMakeLists.txt).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -30,6 +33,51 @@ std::vector<uint16_t> RandomBf16(size_t n, std::mt19937& rng) {
   std::vector<uint16_t> v(n);
   for (auto& x : v) x = ToBf16(dist(rng));
   return v;
+}
+
+// The attention of one query row (head h) in double precision: keys 0 .. n_keys-1 of KV head
+// h / group, rows of `kv_stride` values, head hk at offset hk * d. Checks openfia's output row
+// `got` (bf16) element by element. With u = 2^-8 (bf16's unit roundoff: openfia rounds P to
+// bf16 before P.V and the output to bf16), the first-order errors are u |out|, u (P|V|),
+// 2 d 2^-24 score_abs (P|V|) (float32 scores) and n_keys 2^-24 (P|V|) (float32 sums); the bound
+// is twice their sum. Returns false (and says why) on the first element outside it.
+bool CheckRow(const char* what, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+              int64_t kv_stride, int64_t hk, int64_t n_keys, int64_t d, double scale,
+              const uint16_t* got) {
+  std::vector<double> s(n_keys);
+  double m = -INFINITY, score_abs = 0;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    double dot = 0, dabs = 0;
+    for (int64_t c = 0; c < d; ++c) {
+      const double a = FromBf16(q[c]), b = FromBf16(k[j * kv_stride + hk * d + c]);
+      dot += a * b;
+      dabs += std::fabs(a * b);
+    }
+    s[j] = dot * scale;
+    score_abs = std::max(score_abs, dabs * scale);
+    m = std::max(m, s[j]);
+  }
+  double l = 0;
+  for (double& x : s) l += (x = std::exp(x - m));
+  const double u = 0x1p-8, u32 = 0x1p-24;
+  for (int64_t c = 0; c < d; ++c) {
+    double out = 0, out_abs = 0;
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const double val = FromBf16(v[j * kv_stride + hk * d + c]);
+      out += s[j] / l * val;
+      out_abs += s[j] / l * std::fabs(val);
+    }
+    const double bound = 2 * (u * (std::fabs(out) + out_abs) +
+                              u32 * (2.0 * static_cast<double>(d) * score_abs +
+                                     static_cast<double>(n_keys)) * out_abs);
+    const double err = std::fabs(FromBf16(got[c]) - out);
+    if (!(err <= bound)) {
+      std::fprintf(stderr, "%s: FAILED at channel %lld: openfia %g, reference %g, bound %g\n",
+                   what, static_cast<long long>(c), FromBf16(got[c]), out, bound);
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -69,7 +117,16 @@ int main() {
     openfia::FusedInferAttentionScore(
         args, TensorView(out.data(), spec.attention_out_dtype, spec.attention_out_sizes),
         TensorView(lse.data(), DType::kFloat32, spec.softmax_lse_sizes));
-    std::printf("prefill: out[0] = %f, lse[0] = %f\n", FromBf16(out[0]), lse[0]);
+    // Query row i (head h) attends keys 0 .. i of KV head h / group (causal).
+    const int64_t group = kN / kKvN;
+    bool ok = true;
+    for (int64_t i = 0; i < kPrompt && ok; ++i)
+      for (int64_t h = 0; h < kN && ok; ++h)
+        ok = CheckRow("prefill", &q[(i * kN + h) * kD], k.data(), v.data(), kKvN * kD, h / group,
+                      i + 1, kD, scale, &out[(i * kN + h) * kD]);
+    if (!ok) return 1;
+    std::printf("prefill: %lld tokens x %lld heads match the double-precision loop\n",
+                static_cast<long long>(kPrompt), static_cast<long long>(kN));
 
     // ---- decode: one query token over a paged cache [blocks, block_size, KV_N*D] ----
     const int64_t seq_len = kPrompt + 1, blocks = 4;
@@ -101,7 +158,16 @@ int main() {
     openfia::FusedInferAttentionScore(
         dec, TensorView(dout.data(), dspec.attention_out_dtype, dspec.attention_out_sizes),
         TensorView());
-    std::printf("decode: out[0] = %f\n", FromBf16(dout[0]));
+    // The logical sequence (prompt + new token) in order, for the plain loop.
+    std::vector<uint16_t> seq_k(k), seq_v(v);
+    seq_k.insert(seq_k.end(), k_new.begin(), k_new.end());
+    seq_v.insert(seq_v.end(), v_new.begin(), v_new.end());
+    for (int64_t h = 0; h < kN; ++h)
+      if (!CheckRow("decode", &q_step[h * kD], seq_k.data(), seq_v.data(), kKvN * kD, h / group,
+                    seq_len, kD, scale, &dout[h * kD]))
+        return 1;
+    std::printf("decode: %lld heads over %lld cached tokens match the double-precision loop\n",
+                static_cast<long long>(kN), static_cast<long long>(seq_len));
   } catch (const openfia::Error& e) {  // every invalid call: argument, rule and value
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

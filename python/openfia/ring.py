@@ -1,116 +1,24 @@
-"""Attention over key sets split across calls or across processes, through softmax_lse.
-
-merge_attention_states(out_a, lse_a, out_b, lse_b) combines two npu_fused_infer_attention_score
-results (softmax_lse_flag=True) of the same queries over disjoint keys into the result over all
-of them (the C++ library's MergeAttentionStates; rules in docs/ring_attention.md).
+"""Attention over a sequence or a KV cache split across processes, through softmax_lse.
 
 ring_attention(query, key, value, ...) is attention over a sequence split across the ranks of a
-torch.distributed process group (SPEC.md 4): rank r holds the r-th contiguous chunk of the
-queries and of the keys / values; the key / value chunks travel around the ring (rank r sends to
-r + 1 and receives from r - 1, overlapped with the compute), every rank attends its queries to
-each chunk with openfia's FusedInferAttentionScore and merges the partial results through their
-softmax_lse in float32. The compute is openfia's C++ library; torch.distributed only moves
-tensors (any backend that has send / recv for CPU tensors, e.g. gloo).
+torch.distributed process group: rank r holds the r-th contiguous chunk of the queries and of the
+keys / values; the key / value chunks travel around the ring (rank r sends to r + 1 and receives
+from r - 1, overlapped with the compute), every rank attends its queries to each chunk with
+openfia's FusedInferAttentionScore and merges the partial results through their softmax_lse in
+float32 (merge_attention_states). sharded_kv_attention(query, key, value, ...) is decode over a
+KV cache sharded across the ranks. The compute is openfia's C++ library; torch.distributed only
+moves tensors (any backend that has send / recv for CPU tensors, e.g. gloo).
 """
 from __future__ import annotations
 
 import torch
 
-from . import _capsule, _openfia
-from ._openfia import OpenfiaError
-from .sas import _traced  # traced / fake / meta calls go through the registered op
+from ._native import OpenfiaError
+from .attention_state import merge_attention_states
+
+__all__ = ["ring_attention", "sharded_kv_attention"]
 
 _LAYOUTS = ("BSH", "BSND", "BNSD")
-
-
-def _bnsd(t, layout, n, name):
-    """A [B, N, S, D] view of an attention output in `layout` (no copy)."""
-    if layout == "TND":
-        if t.dim() != 3:
-            raise OpenfiaError(f"merge_attention_states: argument '{name}': must be 3-D [T, N, D] "
-                               f"for input_layout TND (got {list(t.shape)})")
-        return t.unsqueeze(0).permute(0, 2, 1, 3)
-    if layout == "BSH":
-        if t.dim() != 3 or n <= 0 or t.shape[2] % n != 0:
-            raise OpenfiaError(f"merge_attention_states: argument '{name}': must be 3-D [B, S, H] "
-                               f"with H a multiple of N = {n} for input_layout BSH "
-                               f"(got {list(t.shape)})")
-        return t.view(t.shape[0], t.shape[1], n, t.shape[2] // n).permute(0, 2, 1, 3)
-    if t.dim() != 4:
-        raise OpenfiaError(f"merge_attention_states: argument '{name}': must be 4-D for "
-                           f"input_layout {layout} (got {list(t.shape)})")
-    return t.permute(0, 2, 1, 3) if layout in ("BSND", "BNSD_BSND") else t
-
-
-def _lse_bnsd(t, layout):
-    """softmax_lse as [B, N, S, 1]: TND's [T, N, 1] becomes [1, N, T, 1] (no copy)."""
-    if layout == "TND" and t.dim() == 3:
-        return t.unsqueeze(0).permute(0, 2, 1, 3)
-    return t
-
-
-def _native(t):
-    """A view (input or output, any strides: no contiguous copy) as a DLPack capsule."""
-    return None if t is None else _capsule(t.detach() if t.requires_grad else t)
-
-
-MERGE_NAME = "merge_attention_states"
-MERGE_SCHEMA = ("(Tensor out_a, Tensor lse_a, Tensor? out_b=None, Tensor? lse_b=None, *, "
-                "str input_layout=\"BSND\", ScalarType? out_dtype=None) -> (Tensor, Tensor)")
-
-
-def _merge_cpu_kernel(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND",
-                      out_dtype=None):
-    return _merge_eager(out_a, lse_a, out_b, lse_b, input_layout, None, None, out_dtype)
-
-
-def _merge_fake_kernel(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND",
-                       out_dtype=None):
-    return (out_a.new_empty(out_a.shape, dtype=out_dtype or out_a.dtype),
-            lse_a.new_empty(lse_a.shape, dtype=torch.float32))
-
-
-def define_op(lib, namespace):
-    """torch.ops.<namespace>.merge_attention_states (functional: new outputs), with a fake
-    kernel, so torch.compile(fullgraph=True) traces merges as one node."""
-    lib.define(MERGE_NAME + MERGE_SCHEMA)
-    lib.impl(MERGE_NAME, _merge_cpu_kernel, "CPU")
-    torch.library.register_fake(f"{namespace}::{MERGE_NAME}", _merge_fake_kernel, lib=lib)
-
-
-def merge_attention_states(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND",
-                           out=None, lse=None, out_dtype=None):
-    """Returns (out, lse): attention over the union of two disjoint key sets from the
-    (attention_out, softmax_lse) pairs npu_fused_infer_attention_score returned for each set
-    (softmax_lse_flag=True, same queries). input_layout is the layout of the attention outputs:
-    BSH [B, S, H], BSND [B, S, N, D] (also what BNSD_BSND returns), BNSD [B, N, S, D] or TND
-    [T, N, D]; softmax_lse is [B, N, S, 1] ([T, N, 1] for TND). A row whose lse is +inf (no
-    key) contributes nothing. out_b / lse_b None: (out, lse) = a converted to out_dtype.
-    `out` / `lse` may be given (written in place; they may be out_a / lse_a themselves), else
-    they are allocated with out_dtype (default: out_a's dtype) and float32. Under
-    torch.compile (without out / lse) it is the op torch.ops.openfia.merge_attention_states."""
-    if out is None and lse is None and _traced(out_a, lse_a, out_b, lse_b):
-        return torch.ops.openfia.merge_attention_states(out_a, lse_a, out_b, lse_b,
-                                                        input_layout=input_layout,
-                                                        out_dtype=out_dtype)
-    return _merge_eager(out_a, lse_a, out_b, lse_b, input_layout, out, lse, out_dtype)
-
-
-def _merge_eager(out_a, lse_a, out_b, lse_b, input_layout, out, lse, out_dtype):
-    if input_layout not in _LAYOUTS + ("TND", "BNSD_BSND"):
-        raise OpenfiaError("merge_attention_states: argument 'input_layout': must be BSH, BSND, "
-                           f"BNSD, BNSD_BSND or TND (got '{input_layout}')")
-    n = lse_a.shape[1] if lse_a.dim() >= 2 else 0  # N: [B, N, S, 1] and [T, N, 1] alike
-    if out is None:
-        out = torch.empty(out_a.shape, dtype=out_dtype or out_a.dtype)
-    if lse is None:
-        lse = torch.empty(lse_a.shape, dtype=torch.float32)
-    views = [None if t is None else _native(_bnsd(t, input_layout, n, name))
-             for t, name in ((out_a, "out_a"), (out_b, "out_b"), (out, "out"))]
-    lses = [None if t is None else _native(_lse_bnsd(t, input_layout))
-            for t in (lse_a, lse_b, lse)]
-    _openfia.merge_attention_states(views[0], lses[0], views[1], lses[1], views[2], lses[2])
-    return out, lse
 
 
 _CAUSAL_MASK = None
@@ -143,7 +51,7 @@ def _describe(query, key, value, num_heads, num_key_value_heads, scale, input_la
         if input_layout not in _LAYOUTS:
             raise OpenfiaError("ring_attention: argument 'input_layout': must be BSH, BSND or "
                                f"BNSD (got '{input_layout}')")
-        from . import fia_output_spec
+        from .fia import fia_output_spec
 
         fia_output_spec(query, key, value, num_heads=num_heads,
                         num_key_value_heads=num_key_value_heads, scale=scale,
@@ -239,7 +147,7 @@ def ring_attention(query, key, value, *, num_heads, num_key_value_heads=0, scale
     disagree (no rank is left waiting)."""
     import torch.distributed as dist
 
-    from . import npu_fused_infer_attention_score as fia
+    from .fia import npu_fused_infer_attention_score as fia
 
     world, rank = _world(group)
     desc = _describe(query, key, value, num_heads, num_key_value_heads, scale, input_layout,
@@ -329,7 +237,7 @@ def sharded_kv_attention(query, key, value, *, group=None, **kwargs):
     Not with int8 output quantization (quant_scale2): quantized outputs cannot be merged."""
     import torch.distributed as dist
 
-    from . import npu_fused_infer_attention_score as fia
+    from .fia import npu_fused_infer_attention_score as fia
 
     world, rank = _world(group)
     want_lse = bool(kwargs.pop("softmax_lse_flag", False))

@@ -20,27 +20,20 @@ from typing import Optional, Tuple
 
 import torch
 
-from torch.utils._python_dispatch import _get_current_dispatch_mode as _dispatch_mode
-
-from . import _openfia
+from . import _native as N
 
 __all__ = ["npu_sparse_attn_sharedkv_metadata", "npu_sparse_attn_sharedkv",
            "verify_sparse_attn_sharedkv_metadata"]
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+NAME = "npu_sparse_attn_sharedkv"
+METADATA_NAME = "npu_sparse_attn_sharedkv_metadata"
 
-
-# No detached alias or contiguous() call for a tensor that needs none: on a cold cache those
-# calls cost ~110 us of a 0.7 ms V3 decode (DLPack cannot export a tensor that requires grad).
-def _index(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    # Index tensors, sinks and metadata are read on the host row by row: pass contiguous ones.
-    t = _data(t)
-    return t if not isinstance(t, torch.Tensor) or t.is_contiguous() else t.contiguous()
-
-
-def _data(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    # q and the caches may be strided views; the library reads them through their strides.
-    return t.detach() if isinstance(t, torch.Tensor) and t.requires_grad else t
+# Index tensors, sinks and metadata are read on the host row by row: they pass dense (N.dense);
+# q and the caches may be strided views, read through their strides (N.data). Neither makes a
+# detached alias or a copy of a tensor that needs none: on a cold cache those calls cost ~110 us
+# of a 0.7 ms V3 decode.
+_index = N.dense
+_data = N.data
 
 
 def _metadata_kwargs(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqlens_ori_kv,
@@ -76,8 +69,8 @@ def npu_sparse_attn_sharedkv_metadata(
     """The int32[1024] work plan for npu_sparse_attn_sharedkv. `device` is ignored (CPU);
     `num_workers` (openfia extension, 1..36) defaults to the thread count. Under torch.compile
     (or with fake / meta tensors) it is the registered op, so a graph holds it as one node."""
-    if _traced(cu_seqlens_q, seqused_kv):
-        return _op(METADATA_NAME)(
+    if N.traced(cu_seqlens_q, seqused_kv):
+        return torch.ops.openfia.npu_sparse_attn_sharedkv_metadata.default(
             num_heads_q, num_heads_kv, head_dim, cu_seqlens_q=cu_seqlens_q,
             cu_seqlens_ori_kv=cu_seqlens_ori_kv, cu_seqlens_cmp_kv=cu_seqlens_cmp_kv,
             seqused_q=seqused_q, seqused_kv=seqused_kv, batch_size=batch_size,
@@ -86,15 +79,15 @@ def npu_sparse_attn_sharedkv_metadata(
             cmp_mask_mode=cmp_mask_mode, ori_win_left=ori_win_left, ori_win_right=ori_win_right,
             layout_q=layout_q, layout_kv=layout_kv, has_ori_kv=has_ori_kv, has_cmp_kv=has_cmp_kv,
             device=None if device is None else str(device), num_workers=num_workers)
-    return _metadata_native(locals())
+    return metadata_native_call(locals())
 
 
-def _metadata_native(a):
+def metadata_native_call(a):
     """The native call of npu_sparse_attn_sharedkv_metadata (a: all of its arguments by name)."""
     a = dict(a)
     a.pop("device", None)
     out = torch.zeros(1024, dtype=torch.int32)
-    _openfia.sas_metadata(out, **_metadata_kwargs(**a))
+    N.lib.sas_metadata(out, **_metadata_kwargs(**a))
     return out
 
 
@@ -103,13 +96,13 @@ def verify_sparse_attn_sharedkv_metadata(metadata: torch.Tensor, num_heads_q: in
     """Raises OpenfiaError unless `metadata` was made for these metadata arguments (same keyword
     names as npu_sparse_attn_sharedkv_metadata) and covers every (work unit, S2 chunk) piece
     exactly once."""
-    full = dict(_METADATA_DEFAULTS)
+    full = dict(METADATA_DEFAULTS)
     unknown = set(kwargs) - set(full)
     if unknown:
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
     full.update(kwargs)
     full.pop("device")
-    _openfia.verify_sas_metadata(_index(metadata), **_metadata_kwargs(
+    N.lib.verify_sas_metadata(_index(metadata), **_metadata_kwargs(
         num_heads_q, num_heads_kv, head_dim, **full))
 
 
@@ -133,9 +126,9 @@ def npu_sparse_attn_sharedkv(
     softmax_lse). softmax_lse is real when return_softmax_lse ([1, T, N1] for TND,
     [B, 1, S1, N1] for BSND), else a one-element 0. Under torch.compile (or with fake / meta
     tensors) it is the registered op, so a graph holds it as one node."""
-    if _traced(q, ori_kv):
+    if N.traced(q, ori_kv):
         # (every argument by name: torch.compile cannot trace locals())
-        return _op(NAME)(
+        return torch.ops.openfia.npu_sparse_attn_sharedkv.default(
             q, ori_kv=ori_kv, cmp_kv=cmp_kv, ori_sparse_indices=ori_sparse_indices,
             cmp_sparse_indices=cmp_sparse_indices, ori_block_table=ori_block_table,
             cmp_block_table=cmp_block_table, cu_seqlens_q=cu_seqlens_q,
@@ -144,35 +137,13 @@ def npu_sparse_attn_sharedkv(
             softmax_scale=softmax_scale, cmp_ratio=cmp_ratio, ori_mask_mode=ori_mask_mode,
             cmp_mask_mode=cmp_mask_mode, ori_win_left=ori_win_left, ori_win_right=ori_win_right,
             layout_q=layout_q, layout_kv=layout_kv, return_softmax_lse=return_softmax_lse)
-    return _native(locals())
+    return native_call(locals())
 
 
-def _traced(*tensors) -> bool:
-    """Whether the call must go through the dispatcher: while torch.compile / export traces,
-    while a TorchDispatchMode is active (FakeTensorMode, FlopCounterMode, a user's logging mode:
-    they see the op), or for tensors the native call cannot read (fake, functional or other
-    subclasses, meta or other devices; the caller passes its leading tensors, which fake and
-    meta modes make alike). Plain CPU tensors in eager mode take the direct native call (~30 us
-    cheaper cold than the dispatcher on a 0.7 ms V3 decode, ~40 us on an FIA decode)."""
-    if torch.compiler.is_compiling() or _dispatch_mode() is not None:
-        return True
-    for t in tensors:
-        if t is not None and (type(t) is not torch.Tensor or t.device.type != "cpu"):
-            return True
-    return False
-
-
-def _op(name):
-    return getattr(torch.ops.openfia, name).default
-
-
-def _native(a):
+def native_call(a):
     """The native call of npu_sparse_attn_sharedkv (a: all of its arguments by name):
     validation, allocation and compute in one call; tensors as DLPack capsules."""
-    kw = _convert(a)
-    tdl = torch.utils.dlpack.to_dlpack
-    return tuple(_openfia.sas_call(
-        _alloc, **{k: tdl(v) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}))
+    return tuple(N.lib.sas_call(N.alloc_output_lse_zeroed, **N.capsules(_convert(a))))
 
 
 _INDEX_ARGS = ("ori_sparse_indices", "cmp_sparse_indices", "ori_block_table", "cmp_block_table",
@@ -193,19 +164,12 @@ def _convert(a):
         return_softmax_lse=bool(a["return_softmax_lse"]))
 
 
-def _alloc(sizes, dtype_name, name):
-    """Output allocator of sas_call: softmax_lse starts zeroed (return_softmax_lse=False leaves
-    its placeholder unwritten), attention_out uninitialized (every element is written)."""
-    make = torch.zeros if name == "softmax_lse" else torch.empty
-    t = make(sizes, dtype=_DTYPES[dtype_name])
-    return t, torch.utils.dlpack.to_dlpack(t)
-
-
 def _run_busy(kw, busy):
-    spec = _openfia.sas_output_spec(**kw)
-    out = torch.empty(spec["attention_out_sizes"], dtype=_DTYPES[spec["attention_out_dtype"]])
+    spec = N.lib.sas_output_spec(**kw)
+    out = torch.empty(spec["attention_out_sizes"],
+                      dtype=N.torch_dtype(spec["attention_out_dtype"]))
     lse = torch.zeros(spec["softmax_lse_sizes"], dtype=torch.float32)
-    busy.update({k: list(v) for k, v in _openfia.sas_busy(out, lse, **kw).items()})
+    busy.update({k: list(v) for k, v in N.lib.sas_busy(out, lse, **kw).items()})
     return out, lse
 
 
@@ -222,85 +186,6 @@ def sparse_attn_sharedkv_busy(q: torch.Tensor, **kwargs):
     return out, lse, busy
 
 
-# ---- torch.library registration ----------------------------------------------------------------
-
-NAME = "npu_sparse_attn_sharedkv"
-METADATA_NAME = "npu_sparse_attn_sharedkv_metadata"
-
-# The signatures above as operator schemas. Arguments the functions accept as None (softmax_scale,
-# cmp_ratio, the metadata sizes) are optional ints/floats; `device` is the custom op's str; the
-# metadata op's num_workers is openfia's extension (see npu_sparse_attn_sharedkv_metadata).
-_SCHEMA = (
-    "(Tensor q, *, Tensor? ori_kv=None, Tensor? cmp_kv=None, Tensor? ori_sparse_indices=None, "
-    "Tensor? cmp_sparse_indices=None, Tensor? ori_block_table=None, "
-    "Tensor? cmp_block_table=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_ori_kv=None, "
-    "Tensor? cu_seqlens_cmp_kv=None, Tensor? seqused_q=None, Tensor? seqused_kv=None, "
-    "Tensor? sinks=None, Tensor? metadata=None, float? softmax_scale=None, "
-    "int? cmp_ratio=None, int ori_mask_mode=4, int cmp_mask_mode=3, int ori_win_left=127, "
-    "int ori_win_right=0, str layout_q=\"BSND\", str layout_kv=\"PA_ND\", "
-    "bool return_softmax_lse=False) -> (Tensor, Tensor)"
-)
-_METADATA_SCHEMA = (
-    "(int num_heads_q, int num_heads_kv, int head_dim, *, Tensor? cu_seqlens_q=None, "
-    "Tensor? cu_seqlens_ori_kv=None, Tensor? cu_seqlens_cmp_kv=None, Tensor? seqused_q=None, "
-    "Tensor? seqused_kv=None, int? batch_size=0, int? max_seqlen_q=0, int? max_seqlen_kv=0, "
-    "int? ori_topk=0, int? cmp_topk=0, int? cmp_ratio=-1, int ori_mask_mode=4, "
-    "int cmp_mask_mode=3, int ori_win_left=127, int ori_win_right=0, str layout_q=\"BSND\", "
-    "str layout_kv=\"PA_ND\", bool has_ori_kv=True, bool has_cmp_kv=True, str? device=None, "
-    "int? num_workers=None) -> Tensor"
-)
-
-
-# The keyword arguments of the two functions with their defaults (the schemas' defaults too).
-def _keyword_defaults(fn):
-    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-
-_DEFAULTS = _keyword_defaults(npu_sparse_attn_sharedkv)
-_METADATA_DEFAULTS = _keyword_defaults(npu_sparse_attn_sharedkv_metadata)
-
-
-# The kernels take the native path directly (the dispatcher already chose the CPU). It passes
-# only the keyword arguments that differ from the schema's defaults.
-def cpu_kernel(q, **kw):
-    return _native({**_DEFAULTS, "q": q, **kw})
-
-
-def metadata_cpu_kernel(num_heads_q, num_heads_kv, head_dim, **kw):
-    return _metadata_native({**_METADATA_DEFAULTS, "num_heads_q": num_heads_q,
-                             "num_heads_kv": num_heads_kv, "head_dim": head_dim, **kw})
-
-
-def _fake(q, *, ori_kv=None, cmp_kv=None, layout_q="BSND", return_softmax_lse=False, **_):
-    """Output shapes from shapes alone, as SparseAttnSharedkvOutputSpec: out is q's shape and
-    dtype; lse [N2, T, G] (TND) or [B, N2, S1, G] (BSND) with G = N1 / N2 when
-    return_softmax_lse, else [1]. The caches are [blocks, block_size, N2, D]."""
-    kv = ori_kv if ori_kv is not None else cmp_kv
-    n2 = kv.shape[-2] if kv is not None and kv.dim() == 4 else 1
-    if not return_softmax_lse:
-        lse = [1]
-    elif layout_q == "TND":
-        lse = [n2, q.shape[0], q.shape[1] // n2]
-    else:
-        lse = [q.shape[0], n2, q.shape[1], q.shape[2] // n2]
-    return q.new_empty(q.shape), q.new_empty(lse, dtype=torch.float32)
-
-
-def _metadata_fake(num_heads_q, num_heads_kv, head_dim, **_):
-    return torch.empty(1024, dtype=torch.int32)
-
-
-def define_ops(lib, namespace, names=(NAME, METADATA_NAME)):
-    """Defines <namespace>::npu_sparse_attn_sharedkv(_metadata) (those of `names`) in
-    torch.library `lib` with the CPU kernel and a fake kernel (torch.compile). The metadata op
-    may have no tensor argument at all, so its kernel is CompositeExplicitAutograd (a CPU kernel
-    would never be selected for a call without tensors)."""
-    if NAME in names:
-        lib.define(NAME + _SCHEMA)
-        lib.impl(NAME, cpu_kernel, "CPU")
-        torch.library.register_fake(f"{namespace}::{NAME}", _fake, lib=lib)
-    if METADATA_NAME in names:
-        lib.define(METADATA_NAME + _METADATA_SCHEMA)
-        lib.impl(METADATA_NAME, metadata_cpu_kernel, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"{namespace}::{METADATA_NAME}", _metadata_fake, lib=lib)
+# Every keyword argument of the two functions with its default (the schemas' defaults too).
+DEFAULTS = N.keyword_defaults(npu_sparse_attn_sharedkv)
+METADATA_DEFAULTS = N.keyword_defaults(npu_sparse_attn_sharedkv_metadata)

@@ -1,29 +1,25 @@
-"""torch.library registration of openfia's operators.
+"""torch.library registration of openfia's operators: their schemas, CPU kernels (which call the
+operator modules' native calls) and fake kernels (output shapes from shapes alone, so that
+torch.compile(fullgraph=True) traces calls without running them).
 
 torch.ops.openfia.npu_fused_infer_attention_score has torch_npu's schema (overload `default`,
 key/value tensors) plus an overload `tensorlist` (key/value as Tensor[], torch_npu's tensorlist
-form). The CPU kernel calls the C++ library; the fake kernel computes the output shapes and
-dtypes from shapes alone, so torch.compile(fullgraph=True) traces calls without running them.
+form). register_npu_namespace() adds the upstream names (torch.ops.npu.*, torch.ops.custom.*).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from . import _openfia
+from . import _native as N
+from . import attention_state, fia, kvqsfa, sas
 
-TORCH_DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-}
+TORCH_DTYPES = N.torch_dtypes()
 
-# The argument list after `value`, exactly as torch_npu declares it (seeds/000, SPEC.md 1).
+# ---- schemas -------------------------------------------------------------------------------------
+
+# The argument list after `value`, exactly as torch_npu declares npu_fused_infer_attention_score.
 _FIA_KWARGS_SCHEMA = (
     "*, Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, "
     "SymInt[]? actual_seq_lengths_kv=None, Tensor? dequant_scale1=None, "
@@ -42,22 +38,69 @@ _FIA_KWARGS_SCHEMA = (
 )
 FIA_SCHEMA = "(Tensor query, Tensor key, Tensor value, " + _FIA_KWARGS_SCHEMA
 FIA_TENSORLIST_SCHEMA = "(Tensor query, Tensor[] key, Tensor[] value, " + _FIA_KWARGS_SCHEMA
-_NAME = "npu_fused_infer_attention_score"
+
+# torch_npu's npu_kv_quant_sparse_flash_attention (op-plugin's op_plugin_functions.yaml).
+KVQSFA_SCHEMA = (
+    "(Tensor query, Tensor key, Tensor value, Tensor sparse_indices, float scale_value, "
+    "int key_quant_mode, int value_quant_mode, *, Tensor? key_dequant_scale=None, "
+    "Tensor? value_dequant_scale=None, Tensor? block_table=None, "
+    "Tensor? actual_seq_lengths_query=None, Tensor? actual_seq_lengths_kv=None, "
+    "int sparse_block_size=1, str layout_query=\"BSND\", str layout_kv=\"BSND\", "
+    "int sparse_mode=3, int pre_tokens=9223372036854775807, "
+    "int next_tokens=9223372036854775807, int attention_mode=0, int quant_scale_repo_mode=1, "
+    "int tile_size=128, int rope_head_dim=64, int? key_dtype=None, int? value_dtype=None, "
+    "Tensor? sinks=None) -> Tensor"
+)
+
+# The SparseAttnSharedkv signatures (openfia.sas) as operator schemas. Arguments the functions
+# accept as None (softmax_scale, cmp_ratio, the metadata sizes) are optional ints/floats; `device`
+# is the custom op's str; the metadata op's num_workers is openfia's extension.
+SAS_SCHEMA = (
+    "(Tensor q, *, Tensor? ori_kv=None, Tensor? cmp_kv=None, Tensor? ori_sparse_indices=None, "
+    "Tensor? cmp_sparse_indices=None, Tensor? ori_block_table=None, "
+    "Tensor? cmp_block_table=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_ori_kv=None, "
+    "Tensor? cu_seqlens_cmp_kv=None, Tensor? seqused_q=None, Tensor? seqused_kv=None, "
+    "Tensor? sinks=None, Tensor? metadata=None, float? softmax_scale=None, "
+    "int? cmp_ratio=None, int ori_mask_mode=4, int cmp_mask_mode=3, int ori_win_left=127, "
+    "int ori_win_right=0, str layout_q=\"BSND\", str layout_kv=\"PA_ND\", "
+    "bool return_softmax_lse=False) -> (Tensor, Tensor)"
+)
+SAS_METADATA_SCHEMA = (
+    "(int num_heads_q, int num_heads_kv, int head_dim, *, Tensor? cu_seqlens_q=None, "
+    "Tensor? cu_seqlens_ori_kv=None, Tensor? cu_seqlens_cmp_kv=None, Tensor? seqused_q=None, "
+    "Tensor? seqused_kv=None, int? batch_size=0, int? max_seqlen_q=0, int? max_seqlen_kv=0, "
+    "int? ori_topk=0, int? cmp_topk=0, int? cmp_ratio=-1, int ori_mask_mode=4, "
+    "int cmp_mask_mode=3, int ori_win_left=127, int ori_win_right=0, str layout_q=\"BSND\", "
+    "str layout_kv=\"PA_ND\", bool has_ori_kv=True, bool has_cmp_kv=True, str? device=None, "
+    "int? num_workers=None) -> Tensor"
+)
+
+MERGE_SCHEMA = ("(Tensor out_a, Tensor lse_a, Tensor? out_b=None, Tensor? lse_b=None, *, "
+                "str input_layout=\"BSND\", ScalarType? out_dtype=None) -> (Tensor, Tensor)")
 
 
-def alloc_output(sizes, dtype_name, name):
-    """The output allocator of the native *_call functions: an uninitialized tensor (the library
-    writes every element) and its DLPack capsule, through which the library writes it."""
-    t = torch.empty(sizes, dtype=TORCH_DTYPES[dtype_name])
-    return t, torch.utils.dlpack.to_dlpack(t)
+# ---- CPU kernels: the operator modules' native calls. The dispatcher passes only the keyword
+# arguments that differ from the schema's defaults. ------------------------------------------------
+
+def _fia_cpu(query, key, value, **kw):
+    return fia.native_call(query, key, value, {**fia.DEFAULTS, **kw})
 
 
-def _cpu_kernel(query, key, value, **kw):
-    # The dispatcher passes only the keyword arguments that differ from the schema's defaults.
-    from . import _DEFAULTS, _fia_eager
+def _sas_cpu(q, **kw):
+    return sas.native_call({**sas.DEFAULTS, "q": q, **kw})
 
-    return _fia_eager(query, key, value, {**_DEFAULTS, **kw})
 
+def _sas_metadata_cpu(num_heads_q, num_heads_kv, head_dim, **kw):
+    return sas.metadata_native_call({**sas.METADATA_DEFAULTS, "num_heads_q": num_heads_q,
+                                     "num_heads_kv": num_heads_kv, "head_dim": head_dim, **kw})
+
+
+def _merge_cpu(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND", out_dtype=None):
+    return attention_state.native_call(out_a, lse_a, out_b, lse_b, input_layout, None, None,
+                                       out_dtype)
+
+
+# ---- fake kernels --------------------------------------------------------------------------------
 
 def fia_fake_spec(query, key, value, *, block_table=None, quant_scale2=None, num_heads=1,
                   input_layout="BSH", num_key_value_heads=0, softmax_lse_flag=False, **_):
@@ -102,8 +145,8 @@ def fia_fake_spec(query, key, value, *, block_table=None, quant_scale2=None, num
         out = [q[0], q[1], dv]
         lse = [q[0], q[1], 1]
     else:
-        raise ValueError(f"npu_fused_infer_attention_score: argument 'input_layout': must be "
-                         f"one of BSH, BSND, BNSD, BNSD_BSND, TND (got {layout})")
+        raise N.error(fia.NAME, "input_layout", "must be one of BSH, BSND, BNSD, BNSD_BSND, TND",
+                      layout)
     if quant_scale2 is not None:
         dtype = torch.int8
     elif query.dtype == torch.int8:
@@ -115,51 +158,113 @@ def fia_fake_spec(query, key, value, *, block_table=None, quant_scale2=None, num
     return out, dtype, lse
 
 
-def _fake_kernel(query, key, value, **kw):
+def _fia_fake(query, key, value, **kw):
     out, dtype, lse = fia_fake_spec(query, key, value, **kw)
     return (query.new_empty(out, dtype=dtype), query.new_empty(lse, dtype=torch.float32))
 
 
-def _define(lib, namespace):
-    lib.define(_NAME + FIA_SCHEMA)
-    lib.define(_NAME + ".tensorlist" + FIA_TENSORLIST_SCHEMA)
-    for overload in ("default", "tensorlist"):
-        qual = f"{namespace}::{_NAME}" + ("" if overload == "default" else ".tensorlist")
-        lib.impl(_NAME + ("" if overload == "default" else ".tensorlist"), _cpu_kernel, "CPU")
-        torch.library.register_fake(qual, _fake_kernel, lib=lib)
+def _kvqsfa_fake(query, key, value, sparse_indices, scale_value, key_quant_mode,
+                 value_quant_mode, *, rope_head_dim=64, **_):
+    """Output shape from shapes alone, as torch_npu's infershape: query's shape with the last
+    dimension reduced by rope_head_dim (576 - 64 = 512), query's dtype."""
+    sizes = list(query.shape)
+    sizes[-1] = sizes[-1] - rope_head_dim
+    return query.new_empty(sizes)
 
 
-from . import kvqsfa as _kvqsfa  # noqa: E402
-from . import ring as _ring  # noqa: E402
-from . import sas as _sas  # noqa: E402
+def _sas_fake(q, *, ori_kv=None, cmp_kv=None, layout_q="BSND", return_softmax_lse=False, **_):
+    """Output shapes from shapes alone, as SparseAttnSharedkvOutputSpec: out is q's shape and
+    dtype; lse [N2, T, G] (TND) or [B, N2, S1, G] (BSND) with G = N1 / N2 when
+    return_softmax_lse, else [1]. The caches are [blocks, block_size, N2, D]."""
+    kv = ori_kv if ori_kv is not None else cmp_kv
+    n2 = kv.shape[-2] if kv is not None and kv.dim() == 4 else 1
+    if not return_softmax_lse:
+        lse = [1]
+    elif layout_q == "TND":
+        lse = [n2, q.shape[0], q.shape[1] // n2]
+    else:
+        lse = [q.shape[0], n2, q.shape[1], q.shape[2] // n2]
+    return q.new_empty(q.shape), q.new_empty(lse, dtype=torch.float32)
+
+
+def _sas_metadata_fake(num_heads_q, num_heads_kv, head_dim, **_):
+    return torch.empty(1024, dtype=torch.int32)
+
+
+def _merge_fake(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND", out_dtype=None):
+    return (out_a.new_empty(out_a.shape, dtype=out_dtype or out_a.dtype),
+            lse_a.new_empty(lse_a.shape, dtype=torch.float32))
+
+
+# ---- the operator table --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Op:
+    name: str
+    overloads: tuple      # ((overload name or "", schema), ...)
+    cpu: object           # the CPU kernel of every overload
+    fake: object          # the fake kernel of every overload
+    # The metadata op may have no tensor argument at all, so its kernel is
+    # CompositeExplicitAutograd (a CPU kernel would never be selected for a call without tensors).
+    dispatch_key: str = "CPU"
+
+
+OPS = (
+    _Op(fia.NAME, (("", FIA_SCHEMA), ("tensorlist", FIA_TENSORLIST_SCHEMA)), _fia_cpu, _fia_fake),
+    _Op(kvqsfa.NAME, (("", KVQSFA_SCHEMA),), kvqsfa.native_call, _kvqsfa_fake),
+    _Op(sas.NAME, (("", SAS_SCHEMA),), _sas_cpu, _sas_fake),
+    _Op(sas.METADATA_NAME, (("", SAS_METADATA_SCHEMA),), _sas_metadata_cpu, _sas_metadata_fake,
+        "CompositeExplicitAutograd"),
+    _Op(attention_state.NAME, (("", MERGE_SCHEMA),), _merge_cpu, _merge_fake),
+)
+_BY_NAME = {op.name: op for op in OPS}
+
+
+def _define(lib, namespace, op):
+    """Defines <namespace>::<op.name> (every overload) in torch.library `lib`, with its CPU kernel
+    and its fake kernel."""
+    for overload, schema in op.overloads:
+        qual = op.name + (f".{overload}" if overload else "")
+        lib.define(qual + schema)
+        lib.impl(qual, op.cpu, op.dispatch_key)
+        torch.library.register_fake(f"{namespace}::{qual}", op.fake, lib=lib)
+
+
+def _impl_cpu(lib, op):
+    """openfia as the CPU kernel of an op someone else defined (its default overload only)."""
+    lib.impl(op.name, op.cpu, "CPU")
+
 
 _lib = torch.library.Library("openfia", "DEF")
-_define(_lib, "openfia")
-_kvqsfa.define_op(_lib, "openfia")
-_sas.define_ops(_lib, "openfia")
-_ring.define_op(_lib, "openfia")
+for _op in OPS:
+    _define(_lib, "openfia", _op)
 
 # Libraries made by register_npu_namespace (kept alive: dropping one removes its registrations).
 _patch_libs = {}
 
+# The upstream names: torch_npu registers its operators in torch.ops.npu, the CANN custom-op
+# package (where DeepSeek-V4 calls SparseAttnSharedkv) in torch.ops.custom.
+UPSTREAM_NAMESPACES = {fia.NAME: "npu", kvqsfa.NAME: "npu", sas.NAME: "custom",
+                       sas.METADATA_NAME: "custom"}
 
-def _register_op(namespace, name, define, impl_cpu):
-    """torch.ops.<namespace>.<name> -> openfia on CPU tensors: `define(lib, namespace)` defines
-    the op when nobody registered it, else `impl_cpu(lib)` adds openfia as the CPU kernel of the
-    existing op (a real torch_npu or custom-op package). Idempotent."""
-    if (namespace, name) in _patch_libs:
+
+def _register_op(namespace, op):
+    """torch.ops.<namespace>.<op.name> -> openfia on CPU tensors: defines the op when nobody
+    registered it, else adds openfia as the CPU kernel of the existing op (a real torch_npu or
+    custom-op package). Idempotent."""
+    if (namespace, op.name) in _patch_libs:
         return
     try:
-        existing = getattr(getattr(torch.ops, namespace), name)
+        existing = getattr(getattr(torch.ops, namespace), op.name)
     except (AttributeError, RuntimeError):
         existing = None
     if existing is None:
         lib = torch.library.Library(namespace, "FRAGMENT")
-        define(lib, namespace)
+        _define(lib, namespace, op)
     else:
         lib = torch.library.Library(namespace, "IMPL")
-        impl_cpu(lib)
-    _patch_libs[(namespace, name)] = lib
+        _impl_cpu(lib, op)
+    _patch_libs[(namespace, op.name)] = lib
 
 
 def register_npu_namespace():
@@ -167,11 +272,5 @@ def register_npu_namespace():
     package register them: torch.ops.npu.npu_fused_infer_attention_score (both overloads),
     torch.ops.npu.npu_kv_quant_sparse_flash_attention, and torch.ops.custom.npu_sparse_attn_sharedkv
     and .npu_sparse_attn_sharedkv_metadata (DeepSeek-V4 calls them there). Idempotent."""
-    _register_op("npu", _NAME, _define, lambda lib: lib.impl(_NAME, _cpu_kernel, "CPU"))
-    _register_op("npu", _kvqsfa.NAME, _kvqsfa.define_op,
-                 lambda lib: lib.impl(_kvqsfa.NAME, _kvqsfa.cpu_kernel, "CPU"))
-    for name, kernel in ((_sas.NAME, _sas.cpu_kernel),
-                         (_sas.METADATA_NAME, _sas.metadata_cpu_kernel)):
-        _register_op("custom", name,
-                     lambda lib, ns, name=name: _sas.define_ops(lib, ns, names=(name,)),
-                     lambda lib, name=name, kernel=kernel: lib.impl(name, kernel, "CPU"))
+    for name, namespace in UPSTREAM_NAMESPACES.items():
+        _register_op(namespace, _BY_NAME[name])

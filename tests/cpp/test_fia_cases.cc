@@ -50,7 +50,8 @@ std::string& LoadError() {
 
 std::vector<CaseSpec> Cases() {
   try {
-    return TierCases(OPENFIA_CASE_LIST, Tier());
+    const std::string tier = Tier();
+    return TierCases(tier == "model" ? OPENFIA_MODEL_CASE_LIST : OPENFIA_CASE_LIST, tier);
   } catch (const std::exception& e) {
     LoadError() = e.what();  // reported by FiaCaseList.Loads rather than crashing static init
     return {};

@@ -1,6 +1,7 @@
 """The shared FIA case list (tests/cases/fia_cases.txt) and the torch inputs of a case.
 
-parse_cases() reads the list (format: tests/cases/README.md). build_inputs(case) returns the
+parse_cases() reads the list and the benchmark's model workloads (format: tests/cases/README.md;
+the parser is openfia.bench.case_list). build_inputs(case) returns the
 exact arguments of one npu_fused_infer_attention_score call: a dict with query/key/value and the
 keyword arguments, all CPU torch tensors. Data are deterministic per case name. Memory that no
 valid row may read (KV rows past the actual length or before the left padding, unused pages and
@@ -12,68 +13,21 @@ from __future__ import annotations
 import math
 import os
 import zlib
-from dataclasses import dataclass, field
 
 import torch
+
+from openfia.bench.case_list import DEFAULTS, MODEL_CASES_PATH, Case, read_cases  # noqa: F401
+from openfia.quant import pack_int4  # noqa: F401  (re-exported: int4 KV storage of the cases)
 
 CASES_PATH = os.path.join(os.path.dirname(__file__), "..", "cases", "fia_cases.txt")
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
-DEFAULTS = {
-    "layout": "BNSD", "B": "1", "N": "1", "KVN": "", "S": "1", "KVS": "1", "D": "64", "DV": "",
-    "dtype": "bf16", "kv": "", "sparse": "0", "pre": "2147483647", "next": "2147483647",
-    "mask": "none", "mdtype": "bool", "act_q": "", "act_kv": "", "qpad": "", "kvpad": "",
-    "pse": "0", "page": "0", "cache": "3d", "prefix": "0", "pact": "", "kmode": "", "vmode": "",
-    "legacy": "", "aoff": "1", "lse": "0", "outq": "", "qo2": "1", "fullquant": "0", "rope": "0",
-    "ip": "0", "list": "0", "scale": "", "poison": "1", "seed": "0",
-}
-
-
-@dataclass
-class Case:
-    tier: str
-    name: str
-    p: dict = field(default_factory=dict)  # raw key=value strings, defaults filled
-
-    def i(self, k):
-        return int(self.p[k])
-
-    def ints(self, k):
-        v = self.p[k]
-        return [int(x) for x in v.split(",")] if v else None
-
-    def __repr__(self):
-        return f"{self.tier}:{self.name}"
-
 
 def parse_cases(path=CASES_PATH, tiers=None):
-    """All cases of the list (optionally only those of the given tiers), in file order."""
-    cases = []
-    names = set()
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            parts = line.split()
-            if len(parts) < 2:
-                raise ValueError(f"{path}:{lineno}: expected '<tier> <name> key=value ...'")
-            tier, name = parts[0], parts[1]
-            if tier not in ("smoke", "full", "model"):
-                raise ValueError(f"{path}:{lineno}: unknown tier '{tier}'")
-            if name in names:
-                raise ValueError(f"{path}:{lineno}: duplicate case name '{name}'")
-            names.add(name)
-            p = dict(DEFAULTS)
-            for kv in parts[2:]:
-                k, sep, v = kv.partition("=")
-                if not sep or k not in DEFAULTS:
-                    raise ValueError(f"{path}:{lineno}: unknown key '{kv}'")
-                p[k] = v
-            if tiers is None or tier in tiers:
-                cases.append(Case(tier, name, p))
-    return cases
+    """All cases of the list, then the benchmark's model workloads (optionally only those of the
+    given tiers), in file order. One parser serves the tests and the benchmark."""
+    return read_cases([path, MODEL_CASES_PATH] if path == CASES_PATH else [path], tiers)
 
 
 def tier_cases(tier):
@@ -105,16 +59,6 @@ def _broadcast_lengths(lengths, batch, default):
     if len(lengths) == 1:
         return lengths * batch
     return lengths[:batch]
-
-
-def pack_int4(x):
-    """int8 values in [-8, 7], last dim a multiple of 8 -> int32 words (low nibble first)."""
-    *lead, d = x.shape
-    nib = (x.to(torch.int64) & 0xF).reshape(*lead, d // 8, 8)
-    shifts = torch.arange(8, dtype=torch.int64) * 4
-    words = (nib << shifts).sum(-1)
-    words = torch.where(words >= 2**31, words - 2**32, words)
-    return words.to(torch.int32)
 
 
 def bnsd_to_layout(x, layout):

@@ -1,31 +1,16 @@
-"""Benchmark workloads for `python -m openfia.bench`: the `model` lines of the shared case list
-(tests/cases/README.md describes the format), turned into torch tensors for openfia and for the
-PyTorch peers.
+"""FusedInferAttentionScore workloads of the benchmark: the `model` case lines (model_cases.txt)
+turned into torch tensors for openfia and for the PyTorch compositions it is compared with.
 
-Everything here mirrors bench/workload.cc (the C++ benchmark): the same presets, FLOP and byte
-counts, so the two report comparable numbers. Data comes from a fixed-seed generator.
+The presets, FLOP and byte counts are the C++ benchmark's (bench/workload.cc), so the two report
+comparable numbers. Data come from a fixed-seed generator.
 """
 from __future__ import annotations
 
 import math
-import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-# The fallback copy of the workloads, the same as bench/model_cases.txt; used only when neither
-# the shared list nor bench/model_cases.txt can be found (e.g. an installed package run outside
-# the source tree).
-BUILTIN_MODEL_CASES = """
-model D1 layout=BSH B=1 N=32 KVN=8 S=1 KVS=16384 D=128 page=128 act_kv=16384
-model D2 layout=BSH B=1 N=32 KVN=8 S=1 KVS=16384 D=128 page=128 act_kv=16384 kv=int8 kmode=4 vmode=4
-model D3 layout=BSH B=1 N=32 KVN=8 S=1 KVS=16384 D=128 kv=int4 kmode=0 vmode=1
-model D4 layout=BSH B=16 N=32 KVN=8 S=1 KVS=4096 D=128 page=128 act_kv=4096
-model D5 layout=BSH B=1 N=32 KVN=8 S=1 KVS=32768 D=128
-model P1 layout=BSH B=1 N=32 KVN=8 S=512 KVS=4096 D=128 sparse=3
-model P2 layout=BSH B=1 N=32 KVN=8 S=4096 KVS=4096 D=128 sparse=3
-model P3 layout=BSND B=1 N=128 KVN=1 S=1 KVS=8192 D=512 rope=1 page=128 act_kv=8192
-model Q1 layout=BSH B=1 N=32 KVN=8 S=512 KVS=4096 D=128 sparse=3 fullquant=1
-"""
+from ..quant import pack_int4, unpack_int4
+from .case_list import Case, make_case
 
 SUPPORTED_KEYS = {"layout", "B", "N", "KVN", "S", "KVS", "D", "DV", "dtype", "kv", "sparse",
                   "pre", "next", "mask", "act_kv", "page", "cache", "kmode", "vmode", "lse",
@@ -33,81 +18,16 @@ SUPPORTED_KEYS = {"layout", "B", "N", "KVN", "S", "KVS", "D", "DV", "dtype", "kv
 ROPE_DIM = 64  # MLA rope head dim
 
 
-@dataclass
-class Case:
-    tier: str
-    name: str
-    keys: dict = field(default_factory=dict)
-
-    def int(self, k, default):
-        return int(self.keys[k]) if k in self.keys else default
-
-    def str(self, k, default):
-        return self.keys.get(k, default)
-
-    def line(self):
-        return " ".join([self.tier, self.name] + [f"{k}={v}" for k, v in self.keys.items()])
-
-
-def parse_line(raw: str):
-    """One `<tier> <name> key=value ...` line; None for blank and comment lines."""
-    tok = raw.split("#", 1)[0].split()
-    if not tok:
-        return None
-    if len(tok) < 2:
-        raise ValueError(f"case line needs '<tier> <name> key=value ...': {raw!r}")
-    keys = {}
-    for t in tok[2:]:
-        k, eq, v = t.partition("=")
-        if not eq or not k:
-            raise ValueError(f"{t!r} is not key=value in {raw!r}")
-        keys[k] = v
-    return Case(tok[0], tok[1], keys)
-
-
-def read_cases(text: str, tier: str = "model"):
-    out = []
-    for raw in text.splitlines():
-        c = parse_line(raw)
-        if c is not None and c.tier == tier:
-            out.append(c)
-    return out
-
-
-def find_repo_root(start: Path | None = None):
-    """The openfia source tree containing `start` (default: the working directory), or None."""
-    for base in [start or Path.cwd(), Path(__file__).resolve().parent]:
-        for d in [base, *base.parents]:
-            if (d / "tests" / "cases").is_dir() and (d / "include" / "openfia").is_dir():
-                return d
-    return None
-
-
-def load_model_cases(path: str | None = None):
-    """(cases, source): the `model` tier of `path`, else of the shared list, else of
-    bench/model_cases.txt, else the built-in copy."""
-    if path:
-        return read_cases(Path(path).read_text()), path
-    root = find_repo_root()
-    if root is not None:
-        for p in [root / "tests" / "cases" / "fia_cases.txt", root / "bench" / "model_cases.txt"]:
-            if p.is_file():
-                cases = read_cases(p.read_text())
-                if cases:
-                    return cases, str(p)
-    return read_cases(BUILTIN_MODEL_CASES), "built-in copy (bench/model_cases.txt)"
-
-
 def apply_preset(c: Case, preset: str) -> Case:
     """"full": as written. "demo": sequence lengths (S when > 1, KVS) / 8 (KVS rounded up to the
-    page size), B capped at 4; the name gets "@demo" (bench/workload.cc ApplyPreset)."""
+    page size), B capped at 4; the name gets "@demo" (the C++ benchmark's demo preset)."""
     if preset == "full":
         return c
     if preset != "demo":
         raise ValueError(f"preset must be demo or full, got {preset!r}")
     keys = dict(c.keys)
-    page = c.int("page", 0)
-    s, kvs = c.int("S", 1), c.int("KVS", 1)
+    page = c.i("page")
+    s, kvs = c.i("S"), c.i("KVS")
     if s > 1:
         keys["S"] = str(max(2, (s + 7) // 8))
     r = max(1, (kvs + 7) // 8)
@@ -115,9 +35,9 @@ def apply_preset(c: Case, preset: str) -> Case:
         r = (r + page - 1) // page * page
     keys["KVS"] = str(r)
     keys.pop("act_kv", None)
-    if c.int("B", 1) > 4:
+    if c.i("B") > 4:
         keys["B"] = "4"
-    return Case(c.tier, c.name + "@demo", keys)
+    return make_case(c.tier, c.name + "@demo", keys)
 
 
 @dataclass
@@ -145,23 +65,43 @@ class Workload:
     def name(self):
         return self.case.name
 
+    def label(self):
+        """What the workload is, in a user's words."""
+        c = self.case
+        B, S, KVS = c.i("B"), c.i("S"), c.i("KVS")
+        cache = ("int8 " if c.p["kv"] == "int8" else "int4 " if c.p["kv"] == "int4" else "")
+        cache += "paged " if c.i("page") else ""
+        if c.i("rope"):
+            text = (f"MLA decode (DeepSeek geometry, {c.i('N')} heads): {B} seq x {KVS} "
+                    f"{cache}cached tokens")
+        elif S == 1:
+            text = f"decode: {B} seq x {KVS} {cache}cached tokens"
+        else:
+            text = f"causal prefill: {B} seq x {S} new tokens" + (
+                f" after {KVS - S} cached" if KVS > S else "")
+        if c.i("fullquant"):
+            text += ", int8 Q, K and V"
+        return text
+
     def describe(self):
         c = self.case
-        s = (f"B={c.int('B', 1)} N={c.int('N', 1)}/{c.int('KVN', c.int('N', 1))} "
-             f"S={c.int('S', 1)} KV={c.int('KVS', 1)} D={c.int('D', 64)}")
-        if c.int("rope", 0):
+        s = (f"B={c.i('B')} N={c.i('N')}/{c.int_or('KVN', c.i('N'))} "
+             f"S={c.i('S')} KV={c.i('KVS')} D={c.i('D')}")
+        if c.i("rope"):
             s += f"+{ROPE_DIM}"
-        if "kv" in c.keys:
-            s += f" {c.keys['kv']}(k{c.int('kmode', 0)},v{c.int('vmode', 0)})"
-        if c.int("page", 0):
-            s += f" paged/{c.int('page', 0)}"
-        if c.int("sparse", 0):
-            s += f" causal(sparse={c.int('sparse', 0)})"
+        if c.p["kv"]:
+            kmode = c.int_or("kmode", 0)
+            s += f" {c.p['kv']}(k{kmode},v{c.int_or('vmode', kmode)})"
+        if c.i("page"):
+            s += f" paged/{c.i('page')}"
+        if c.i("sparse"):
+            s += f" causal(sparse={c.i('sparse')})"
         return s
 
 
 def attended_pairs(S, kv_lens, sparse, pre, nxt):
-    """(query, key) pairs attended, by the bands of SEMANTICS 1.3 (Q_S == 1 ignores sparse)."""
+    """(query, key) pairs attended under sparse_mode's band (a single query token, Q_S == 1,
+    ignores sparse_mode and attends every key)."""
     total = 0
     for kvl in kv_lens:
         for i in range(S):
@@ -177,56 +117,34 @@ def attended_pairs(S, kv_lens, sparse, pre, nxt):
     return total
 
 
-def _pack_int4(x):
-    """int values in [-8, 7], last dim a multiple of 8 -> int32 words, low nibble first."""
-    import torch
-
-    shp = x.shape
-    n = (x.to(torch.int64) & 0xF).reshape(*shp[:-1], shp[-1] // 8, 8)
-    shifts = torch.arange(0, 32, 4, dtype=torch.int64)
-    w = (n << shifts).sum(-1)
-    w = torch.where(w >= 2**31, w - 2**32, w)
-    return w.to(torch.int32)
-
-
-def _unpack_int4(w):
-    """int32 words -> int8 values (two's complement nibbles, low nibble first)."""
-    import torch
-
-    shifts = torch.arange(0, 32, 4, dtype=torch.int32)
-    n = (w.unsqueeze(-1) >> shifts) & 0xF
-    n = (n ^ 8) - 8
-    return n.reshape(*w.shape[:-1], w.shape[-1] * 8).to(torch.int8)
-
-
 def build(c: Case, seed: int = 1) -> Workload:
     import torch
 
     bad = set(c.keys) - SUPPORTED_KEYS
     if bad:
         raise ValueError(f"{c.name}: keys {sorted(bad)} are not supported by the benchmark")
-    layout = c.str("layout", "BNSD")
+    layout = c.p["layout"]
     if layout not in ("BSH", "BSND", "BNSD"):
         raise ValueError(f"{c.name}: layout={layout} (the benchmark builds BSH, BSND, BNSD)")
-    B, N = c.int("B", 1), c.int("N", 1)
-    KVN = c.int("KVN", N)
-    S, KVS = c.int("S", 1), c.int("KVS", 1)
-    D = c.int("D", 64)
-    DV = c.int("DV", D)
-    rope = c.int("rope", 0) != 0
+    B, N = c.i("B"), c.i("N")
+    KVN = c.int_or("KVN", N)
+    S, KVS = c.i("S"), c.i("KVS")
+    D = c.i("D")
+    DV = c.int_or("DV", D)
+    rope = c.i("rope") != 0
     DR = ROPE_DIM if rope else 0
-    qdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[c.str("dtype", "bf16")]
-    kv = c.str("kv", "")
+    qdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[c.p["dtype"]]
+    kv = c.p["kv"]
     if kv not in ("", "int8", "int4"):
         raise ValueError(f"{c.name}: kv={kv}")
-    page = c.int("page", 0)
-    if c.str("cache", "3d") != "3d":
+    page = c.i("page")
+    if c.p["cache"] != "3d":
         raise ValueError(f"{c.name}: the python driver builds the 3d paged cache only")
-    sparse = c.int("sparse", 0)
+    sparse = c.i("sparse")
     if sparse not in (0, 2, 3, 4):
         raise ValueError(f"{c.name}: sparse={sparse}")
-    pre, nxt = c.int("pre", 2147483647), c.int("next", 2147483647)
-    scale = float(c.keys["scale"]) if "scale" in c.keys else 1.0 / math.sqrt(D)
+    pre, nxt = c.i("pre"), c.i("next")
+    scale = float(c.p["scale"]) if c.p["scale"] else 1.0 / math.sqrt(D)
     if rope and DV != D:
         raise ValueError(f"{c.name}: rope=1 takes DV = D")
     G = torch.Generator().manual_seed(seed)
@@ -240,7 +158,7 @@ def build(c: Case, seed: int = 1) -> Workload:
         x = x_bnsd.transpose(1, 2).contiguous()  # BSND
         return x.reshape(x.shape[0], x.shape[1], -1) if layout == "BSH" else x
 
-    # Query amplitude 8 (bench/workload.cc kQueryAmp): scores with a standard deviation near 2.7,
+    # Query amplitude 8 (as the C++ benchmark): scores with a standard deviation near 2.7,
     # so each softmax concentrates on a few keys as in trained models; unit amplitude would make
     # every output an average of thousands of random values, near 0, hiding wrong results.
     q = 8 * uni(B, N, S, D)
@@ -248,7 +166,7 @@ def build(c: Case, seed: int = 1) -> Workload:
     query = to_layout(q.to(qdt))
     kwargs = dict(num_heads=N, num_key_value_heads=KVN, input_layout=layout, scale=scale,
                   sparse_mode=sparse, pre_tokens=pre, next_tokens=nxt,
-                  softmax_lse_flag=bool(c.int("lse", 0)))
+                  softmax_lse_flag=bool(c.i("lse")))
     if rope:
         kwargs["query_rope"] = to_layout(q_rope.to(qdt))
     q_bnsd = q.to(qdt) if not rope else torch.cat([q.to(qdt), q_rope.to(qdt)], dim=-1)
@@ -257,7 +175,8 @@ def build(c: Case, seed: int = 1) -> Workload:
     int8, int4 = kv == "int8", kv == "int4"
     quant = int8 or int4
     qmax = 127 if int8 else 7
-    kmode, vmode = c.int("kmode", 0), c.int("vmode", 0)
+    kmode = c.int_or("kmode", 0)
+    vmode = c.int_or("vmode", kmode)
 
     def ints(*shape):
         lo, hi = (-127, 128) if int8 else (-8, 8)
@@ -314,7 +233,7 @@ def build(c: Case, seed: int = 1) -> Workload:
 
     if quant:
         def pack(x):
-            return _pack_int4(x) if int4 else x
+            return pack_int4(x) if int4 else x
         key = pack(storage(k_int))
         value = pack(storage(v_int))
 
@@ -342,8 +261,8 @@ def build(c: Case, seed: int = 1) -> Workload:
         value = key if rope else storage(v_f.to(qdt))
         if rope:
             kwargs["key_rope"] = storage(kr_f.to(qdt))
-    if page == 0 and "act_kv" in c.keys:
-        kwargs["actual_seq_lengths_kv"] = [int(x) for x in c.keys["act_kv"].split(",")]
+    if page == 0 and c.p["act_kv"]:
+        kwargs["actual_seq_lengths_kv"] = c.ints("act_kv")
     if sparse:
         kwargs["atten_mask"] = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), diagonal=1)
 
@@ -375,7 +294,7 @@ def build(c: Case, seed: int = 1) -> Workload:
         if not quant:
             return kc.transpose(1, 2), vc.transpose(1, 2)
         if int4:
-            kc, vc = _unpack_int4(kc), _unpack_int4(vc)
+            kc, vc = unpack_int4(kc), unpack_int4(vc)
         ks_b = ks_log.transpose(1, 2)  # broadcastable to [B, KVS, KVN, d]
         vs_b = vs_log.transpose(1, 2)
         k = (kc.to(torch.float32) * ks_b).to(qdt).transpose(1, 2)
@@ -402,7 +321,7 @@ def build(c: Case, seed: int = 1) -> Workload:
             o = o.reshape(B, S, N, DV)
         return o.transpose(1, 2)
 
-    # ---- work and traffic (bench/workload.cc) ----
+    # ---- work and traffic (counted as the C++ benchmark counts them) ----
     kv_lens = kwargs.get("actual_seq_lengths_kv") or [KVS] * B
     pairs = attended_pairs(S, kv_lens, sparse, pre, nxt)
     flops = 2.0 * pairs * N * (D + DR + DV)
@@ -427,25 +346,3 @@ def build(c: Case, seed: int = 1) -> Workload:
                     out_to_bnsd=out_to_bnsd, v_absmax=float(v_f.abs().max()), flops=flops,
                     kv_bytes=kv_bytes, io_bytes=io_bytes, decode=(S == 1),
                     paged_or_quant=(page > 0 or quant))
-
-
-def llc_bytes_guess():
-    """Last-level cache size from sysfs (fallback when the C++ limits are unavailable)."""
-    best = 0
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
-    if base.is_dir():
-        for idx in base.glob("index*"):
-            try:
-                s = (idx / "size").read_text().strip()
-                mult = {"K": 1024, "M": 1 << 20, "G": 1 << 30}.get(s[-1], 1)
-                best = max(best, int(s.rstrip("KMG")) * mult)
-            except (OSError, ValueError):
-                pass
-    return best or (256 << 20)
-
-
-def cpu_count():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1

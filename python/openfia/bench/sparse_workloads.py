@@ -1,78 +1,33 @@
-"""Sparse-attention workloads of `python -m openfia.bench`: KvQuantSparseFlashAttention (S1, S2,
-DeepSeek-V3.2) and SparseAttnSharedkv (V1, V2, V3, DeepSeek-V4), each with a fair PyTorch
-composition measured in the same run.
+"""Sparse-attention workloads of the benchmark: KvQuantSparseFlashAttention (S1, S2,
+DeepSeek-V3.2) and SparseAttnSharedkv (V1, V2, V3, DeepSeek-V4), each with its PyTorch
+compositions. runner.run_sparse checks and times them; they share the table with the FIA rows.
 
-Each workload yields the same result record as the FIA rows of bench.py (bench.run_workload), so
-they share the table. Peers:
-  * "torch" : everything a PyTorch user does per call, all of it timed: gather the selected rows
-    (through the page table), dequantize (KvQuantSparseFlashAttention: int8 * per-tile scale,
-    rounded to bf16 as the operator does; the rope bytes reinterpreted as bf16), then one
+Peers:
+  * PyTorch: everything a PyTorch user does per call, all of it timed: gather the selected rows
+    (through the page table), dequantize (KvQuantSparseFlashAttention: int8 code x per-tile
+    scale, rounded to bf16 as the operator does; the rope bytes read as bf16), then one
     scaled_dot_product_attention with the query heads folded into query rows (all heads share
     the one KV head); SparseAttnSharedkv adds a zero key whose additive bias is the head's sink
     (its score is the sink, its value 0: exactly the sink term of the softmax denominator).
-  * "torch*": the same SDPA call on K/V already gathered and dequantized (PyTorch's best case).
-Correctness gate, before timing: the same composition in float32 on the same (exactly
-dequantized) inputs is the reference; openfia's bf16 output must be within
-BF16_U * (max|ref| + max|V|) of it elementwise: P is rounded to bf16 before P.V (<= u/2 of
-max|V|) and the output is rounded once (<= u/2 of |out|); float32 accumulation over <= 2200 keys
-adds < u/32 of max|V|. A wrong selection, threshold, scale or sink is of the size of the output.
+  * PyTorch best case: the same SDPA call on K/V already gathered and dequantized.
+Correctness, before timing: the same composition in float32 on the same (exactly dequantized)
+inputs is the reference; openfia's bf16 output must be within BF16_U * (|ref| + P|V|) of it
+element by element, plus the float32 reference's own accumulation error: P is rounded to bf16
+before P.V (<= u/2 of P|V|) and the output is rounded once (<= u/2 of |out|). A wrong selection,
+threshold, scale or sink errs by the size of the output.
 
-Both operators run on openfia's engine (the table's "openfia impl" column says so per row;
-"reference" would mark a call the engine does not take, timed on the fp64 reference).
-KvQuantSparseFlashAttention (S1, S2): with a bfloat16 query on CPUs with AMX-BF16, each tile of
-64 selected rows is dequantized once to bf16 (int8 / fp8 / hifloat8 times the per-128-channel
-scale, rounded as the operator does) and K, V and all query heads share it on AMX tiles
-(src/simd/amx_tile_dequant-inl.h); a float16 query takes the AVX-512 path with a vectorized
-per-tile dequant. SparseAttnSharedkv: bf16 items on AMX tiles where the CPU has them, AVX-512
-otherwise. A SparseAttnSharedkv call executes its metadata (V3 passes one; the others let the
-operator plan for the thread count): compute records -> engine items, the S2 split of
-small-batch decode -> partial states merged by the reduce records. V3 reports each planned
-worker's busy time (engine timing through the bench-only openfia.sas.sparse_attn_sharedkv_busy).
-The demo preset keeps the head geometry and top-k of S1, S2 and V2 and shrinks B and the KV length
-(V1, V3 also top-k) so that all five rows run in seconds on 2 cores.
+A SparseAttnSharedkv call executes its metadata (V3 passes one; the others let the operator plan
+for the thread count); V3 also reports each planned worker's busy time (through the bench-only
+openfia.sas.sparse_attn_sharedkv_busy). The demo preset keeps the head geometry and top-k of S1,
+S2 and V2 and shrinks the batch and the KV length (V1, V3 also the top-k), so that all five run
+in seconds on 2 cores.
 """
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
-BF16_U = 2.0 ** -8
-
-
-SETTLE_S = 0.02
-_TINY = {}
-
-
-def settle(side=None):
-    """Prepares the threads for one timed call of `side` ("openfia" or a PyTorch peer).
-
-    First a 20 ms pause, so that no runtime's worker threads are still spinning: PyTorch's OpenMP
-    workers spin for a while after each parallel region (the cache flush is one, and so is a
-    PyTorch peer's call), and a call timed right after shares the two cores with them (S1 cold:
-    7.4 ms right after the flush, 5.8 ms after the pause). Then one tiny untimed call of the same
-    side's runtime, so that the timed call finds its own workers awake, as they are in a model's
-    steady state, instead of waking them from an idle CPU (S1 warm, back to back: ~3.0 ms; after
-    a 20 ms pause alone: ~4.1 ms). The tiny calls read none of the workload's data, so a flushed
-    cache stays cold. Both sides get exactly the same treatment."""
-    time.sleep(SETTLE_S)
-    if side is None:
-        return
-    import torch
-    if side == "openfia":
-        import openfia
-        if "fia" not in _TINY:  # two batches x two KV heads: several work items, both workers run
-            q = torch.zeros(2, 2, 1, 64, dtype=torch.bfloat16)
-            kv = torch.zeros(2, 2, 64, 64, dtype=torch.bfloat16)
-            _TINY["fia"] = (q, kv)
-        q, kv = _TINY["fia"]
-        openfia.npu_fused_infer_attention_score(q, kv, kv, num_heads=2, num_key_value_heads=2,
-                                                input_layout="BNSD")
-    else:
-        if "torch" not in _TINY:  # above PyTorch's parallel grain size: wakes its OpenMP team
-            _TINY["torch"] = torch.ones(1 << 18)
-        float(_TINY["torch"].sum())
-
+from .timing import settle
 
 @dataclass
 class SparseWorkload:
@@ -91,6 +46,7 @@ class SparseWorkload:
     note: str = ""           # extra text for the report (metadata split)
     report: object = None    # optional (result record) -> note text, run after the timing
     busy: object = None      # SparseAttnSharedkv: () -> (out, lse, busy seconds), bench-only
+    label: str = ""          # what the workload is, in a user's words
 
 
 def _pages(n_tokens_per_batch, B, page, gen):
@@ -114,14 +70,14 @@ def build_kvqsfa(name, *, B, S1, N, topk_tokens, kv_len, page, sblock, seed=3):
     import torch.nn.functional as F
 
     import openfia
-    from openfia import kvqsfa as K
+    from openfia import quant
 
     gen = torch.Generator().manual_seed(seed)
     dt = torch.bfloat16
     table, nblocks = _pages(kv_len, B, page, gen)
     nope = torch.randn(nblocks * page, 512, generator=gen)
     rope = torch.randn(nblocks * page, 64, generator=gen).to(dt)
-    pool = K.quantize_kv_rows(nope, rope, "int8").reshape(nblocks, page, 1, 656)
+    pool = quant.quantize_kv_rows(nope, rope, "int8").reshape(nblocks, page, 1, 656)
     query = torch.randn(B, S1, N, 576, generator=gen).to(dt)
     kentries = topk_tokens // sblock
     # sparse_mode 3: row i sees tokens < thr = kv_len - S1 + i + 1; the lightning indexer picks
@@ -140,7 +96,7 @@ def build_kvqsfa(name, *, B, S1, N, topk_tokens, kv_len, page, sblock, seed=3):
             block_table=table, actual_seq_lengths_kv=lens, sparse_block_size=sblock,
             sparse_mode=3)
 
-    flat = pool.view(torch.uint8).reshape(-1, 656)
+    flat = pool.reshape(-1, 656)
     bix = torch.arange(B).view(B, 1, 1)
     q_rows = query.reshape(B * S1, 1, N, 576)
 
@@ -148,11 +104,8 @@ def build_kvqsfa(name, *, B, S1, N, topk_tokens, kv_len, page, sblock, seed=3):
         tok = idx[:, :, 0, :].long()                                   # [B, S1, E]
         if sblock > 1:
             tok = (tok.unsqueeze(-1) * sblock + torch.arange(sblock)).flatten(-2)
-        rows = flat[_phys(table, bix, tok, page)]                      # [B, S1, T, 656] bytes
-        sc = rows[..., 640:656].contiguous().view(torch.float32)       # [B, S1, T, 4]
-        q8 = rows[..., :512].contiguous().view(torch.int8).float().unflatten(-1, (4, 128))
-        knope = (q8 * sc.unsqueeze(-1)).flatten(-2).to(dt)             # as the operator rounds
-        krope = rows[..., 512:640].contiguous().view(dt)
+        rows = flat[_phys(table, bix, tok, page)]                      # [B, S1, T, 656] int8
+        knope, krope = quant.dequantize_kv_rows(rows, dt)              # as the operator rounds
         k = torch.cat([knope, krope], -1).reshape(B * S1, 1, -1, 576)
         return k, k[..., :512]
 
@@ -170,10 +123,12 @@ def build_kvqsfa(name, *, B, S1, N, topk_tokens, kv_len, page, sblock, seed=3):
     shape = (f"B={B} S1={S1} N={N} D=512+64 topk={topk_tokens}"
              + (f" (={kentries}x{sblock})" if sblock > 1 else "")
              + f" KV={kv_len} int8 paged/{page}")
+    label = (f"DeepSeek-V3.2 sparse decode{' (MTP, ' + str(S1) + ' tokens)' if S1 > 1 else ''}:"
+             f" {B} seq x top-{topk_tokens} of {kv_len} int8 cached tokens")
     # S1 = 4 is multi-token-prediction decode: the KV cache is as cold as for S1 = 1.
     return SparseWorkload(name, shape, True, 2.0 * (576 + 512) * pairs, kv_bytes, io,
                           call_openfia, lambda o: o.reshape(B * S1, 1, N, 512), prep, sdpa, vmax,
-                          topk_tokens + 576)
+                          topk_tokens + 576, label=label)
 
 
 # ---- SparseAttnSharedkv -----------------------------------------------------------------------
@@ -226,7 +181,8 @@ def build_sas(name, *, B, S1, S2, N, D, ratio, k2, page=128, cmp_page=64, metada
         return sas.npu_sparse_attn_sharedkv(q, **kw)[0]
 
     def report(res):
-        return _busy_report(name, openfia, sas, meta, lambda: sas.sparse_attn_sharedkv_busy(q, **kw))
+        return _busy_report(name, openfia, sas, meta,
+                            lambda: sas.sparse_attn_sharedkv_busy(q, **kw))
 
     # Per row the keys are: window positions p-127..p (masked below 0), then the compressed
     # entries (SCFA: the row's indices, -1 masked; CFA: all entries, those >= thr masked), then
@@ -302,14 +258,19 @@ def build_sas(name, *, B, S1, S2, N, D, ratio, k2, page=128, cmp_page=64, metada
     mode = f"SCFA k2={k2}" if k2 else "CFA"
     shape = (f"B={B} S1={S1} N={N} D={D} oriKV={S2} win={WIN} cmp/{ratio} {mode} sinks "
              f"paged/{page}" + (" +metadata" if metadata else ""))
+    kind = "decode" if S1 == 1 else f"prefill of {S1} tokens"
+    entries = f"top-{k2} of the compressed entries" if k2 else "all compressed entries"
+    label = (f"DeepSeek-V4 {kind}: {B} seq x {S2} tokens, {WIN}-token window + {entries} "
+             f"(1 per {ratio})" + (", planned by the metadata op" if metadata else ""))
     return SparseWorkload(name, shape, S1 == 1, 2.0 * 2 * D * pairs, kv_bytes, io, call_openfia,
                           lambda o: o.reshape(B * S1, 1, N, D), prep, sdpa, vmax,
                           max(keys_per_row) + D, "", report if metadata else None,
-                          lambda: sas.sparse_attn_sharedkv_busy(q, **kw))
+                          lambda: sas.sparse_attn_sharedkv_busy(q, **kw), label)
 
 
 def describe_plan(meta):
-    """The split a SparseAttnSharedkv metadata tensor describes (SEMANTICS 3.4 record layout)."""
+    """The split a SparseAttnSharedkv metadata tensor describes: 36 compute records of 8 words
+    (on flag, then (bn2, m, s2) start and end cursors) followed by 72 reduce records."""
     words = meta.tolist()
     recs = [words[8 * c:8 * c + 8] for c in range(36)]
     on = [r for r in recs if r[0]]
@@ -318,7 +279,7 @@ def describe_plan(meta):
     fd_on = [r for r in fd if r[0]]
     chunks = sorted({r[4] for r in fd_on})
     text = (f"{len(on)} compute record(s): " + ", ".join(f"{cur(r, 1)}..{cur(r, 4)}" for r in on)
-            + f" [(bn2, m, s2) cursors]; ")
+            + " [(bn2, m, s2) cursors]; ")
     if fd_on:
         text += (f"{len(fd_on)} reduce record(s) merging {'/'.join(map(str, chunks))} S2 chunk "
                  f"partial states per row")
@@ -385,74 +346,6 @@ def build(name, preset):
                                                                        else full))
 
 
-def probe_impl(openfia, w):
-    """"engine", or "reference" when the fast engine does not support this operator (yet)."""
-    openfia.set_impl("engine")
-    try:
-        w.call_openfia()
-        return "engine", ""
-    except openfia.OpenfiaError as e:
-        if "engine" not in str(e):
-            raise
-        return "reference", str(e)
-    finally:
-        openfia.set_impl("auto")
-
-
-def run_workload(openfia, torch, w, runs, flush, progress):
-    res = {"workload": w.name, "shape": w.shape, "decode": w.decode, "flops": w.flops,
-           "kv_bytes": w.kv_bytes, "io_bytes": w.io_bytes, "limit": "bf16"}
-    if w.note:
-        res["note"] = w.note
-    impl, why = probe_impl(openfia, w)
-    res["impl"], res["impl_note"] = impl, why
-    progress.step(f"{w.name}: openfia ({impl}) first call")
-
-    o_fia = w.out_to_rows(w.call_openfia()).float()
-    prepared = w.prep()
-    ref = w.sdpa(prepared, torch.float32).float()
-
-    def call_fair():
-        return w.sdpa(w.prep())
-
-    o_fair = call_fair().float()
-    o_best = w.sdpa(prepared).float()
-    err = lambda o: float((o - ref).abs().max()) if o.shape == ref.shape else math.inf  # noqa: E731
-    res["err_openfia"], res["err_torch"] = err(o_fia), err(o_fair)
-    res["err_torch_best"] = err(o_best)
-    # Elementwise bound: output rounding u/2 |out| + P rounded to bf16 u/2 sum P|v| (computed:
-    # SDPA with |V|), doubled, plus the float32 reference's own accumulation error.
-    tol = (BF16_U * (ref.abs() + w.sdpa(prepared, torch.float32, abs_v=True).float())
-           + w.acc_len * 2.0 ** -24 * w.vmax)
-    ratio = (o_fia - ref).abs() / tol if o_fia.shape == ref.shape else None
-    worst = int(ratio.flatten().argmax()) if ratio is not None else 0
-    res["tol"] = float(tol.flatten()[worst])
-    res["err_to_tol"] = float(ratio.max()) if ratio is not None else math.inf
-    res["correct"] = bool(torch.isfinite(o_fia).all()) and res["err_to_tol"] <= 1.0
-    if not res["correct"]:
-        progress.step(f"{w.name}: WRONG RESULT, not timed", 3 * runs)
-        return res
-
-    peers = [("openfia", w.call_openfia), ("torch", call_fair),
-             ("torch_best", lambda: w.sdpa(prepared))]
-    best = {n: math.inf for n, _ in peers}
-    for r in range(runs):
-        for n, fn in peers:
-            if flush is not None and w.decode:
-                flush()
-            settle(n)
-            t0 = time.perf_counter()
-            fn()
-            best[n] = min(best[n], time.perf_counter() - t0)
-            progress.step(f"{w.name}: {n} run {r + 1}/{runs}")
-    for n in best:
-        res[f"t_{n}"] = best[n]
-    if w.report is not None:
-        res["note"] = w.report(res)
-    return res
-
-
-
 # ---- SparseAttnSharedkv cost model (docs/sparse_attn_sharedkv.md, "Cost model") ---------------
 
 def sas_cost_model(reps=15, S2=4096, N=64, D=512):
@@ -505,13 +398,3 @@ def sas_cost_model(reps=15, S2=4096, N=64, D=512):
               "ps_per_merged_row": m * 1e12}
     print("constants (ps): " + ", ".join(f"{k} {v:.0f}" for k, v in consts.items()))
     return consts
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] == ["--sas-cost-model"]:
-        sas_cost_model()
-    else:
-        print("usage: python -m openfia.bench_sparse --sas-cost-model", file=sys.stderr)
-        sys.exit(2)

@@ -1,0 +1,69 @@
+"""The check every example makes: the same attention composed in plain PyTorch in float64, and
+openfia's output compared with it element by element within a bound derived from the dtype.
+
+    ref = attention(q, k, v, scale)          # q [H, M, D], k / v [H or 1, L, D]
+    check("decode", out, ref, torch.bfloat16, d_qk=128, n_keys=L)
+
+check() exits the script with status 1 when an element is outside its bound (or NaN / Inf
+appear where the reference has none), naming the worst element.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import torch
+
+F64 = torch.float64
+U32 = 2.0 ** -24  # unit roundoff of float32, openfia's accumulation precision
+
+
+@dataclass
+class Reference:
+    out: torch.Tensor        # [..., M, Dv] float64: softmax(q k^T * scale + bias) v
+    out_abs: torch.Tensor    # [..., M, Dv]: the same with |v| (what the rounding errors scale with)
+    score_abs: torch.Tensor  # [..., M]: scale * max over the row's keys of sum |q| |k|
+
+
+def attention(q, k, v, scale, *, bias=None, sink=None):
+    """Attention in float64 of each query row over its keys. q [H, M, D]; k [H, L, D] and
+    v [H, L, Dv] (or a leading 1 to share them across the H heads); bias [H or 1, M, L] is added
+    to the scores (-inf masks a key); sink [H]: one more score per head whose value row is 0,
+    i.e. a term exp(sink - max) in the softmax denominator only."""
+    q, k, v = q.to(F64), k.to(F64), v.to(F64)
+    s = (q @ k.transpose(-1, -2)) * scale
+    score_abs = (q.abs() @ k.abs().transpose(-1, -2)).amax(-1) * scale
+    if bias is not None:
+        s = s + bias
+    v = v.expand(q.shape[0], -1, -1)
+    if sink is not None:
+        s = torch.cat([s, sink.to(F64).view(-1, 1, 1).expand(s.shape[0], s.shape[1], 1)], -1)
+        v = torch.cat([v, torch.zeros(v.shape[0], 1, v.shape[2], dtype=F64)], 1)
+    p = torch.softmax(s, -1)
+    return Reference(p @ v, p @ v.abs(), score_abs)
+
+
+def check(what, got, ref, dtype, *, d_qk, n_keys):
+    """openfia's `got` against the float64 reference, element by element. With u the unit
+    roundoff of `dtype` (the query dtype: openfia rounds P to it before P.V and rounds the
+    output to it), the first-order errors are u |out| (output rounding), u (P|V|) (rounding P),
+    2 d_qk 2^-24 score_abs (P|V|) (float32 scores move each probability by twice their error)
+    and n_keys 2^-24 (P|V|) (float32 accumulation); the bound is twice their sum."""
+    u = torch.finfo(dtype).eps / 2
+    g = got.to(F64).reshape(ref.out.shape)
+    for name, f in (("NaN", torch.isnan), ("Inf", torch.isinf)):
+        if not torch.equal(f(g), f(ref.out)):
+            sys.exit(f"{what}: FAILED, {name} positions differ from the reference")
+    bound = 2 * (u * (ref.out.abs() + ref.out_abs)
+                 + U32 * (2 * d_qk * ref.score_abs.unsqueeze(-1) + n_keys) * ref.out_abs)
+    excess = (g - ref.out).abs() - bound
+    worst = int(excess.flatten().argmax())
+    if excess.flatten()[worst] > 0:
+        idx = [int(i) for i in torch.unravel_index(torch.tensor(worst), excess.shape)]
+        got_w, ref_w = g.flatten()[worst].item(), ref.out.flatten()[worst].item()
+        sys.exit(f"{what}: FAILED, {int((excess > 0).sum())} of {g.numel()} elements outside "
+                 f"their bound; worst at {idx}: openfia {got_w:.6g}, reference {ref_w:.6g}, "
+                 f"bound {bound.flatten()[worst].item():.3g}")
+    err = float((g - ref.out).abs().max())
+    print(f"{what}: matches the float64 PyTorch reference (max |error| {err:.2e}, every element "
+          f"within its {dtype} bound)")
