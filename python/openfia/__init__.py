@@ -33,6 +33,9 @@ __all__ = [
     "get_num_threads",
     "set_simd_cap",
     "simd_target",
+    "set_kernel",
+    "get_kernel",
+    "available_kernels",
     "version",
     "fia_output_spec",
 ]
@@ -69,6 +72,23 @@ def set_simd_cap(target: str) -> None:
 def simd_target() -> str:
     """The SIMD target in effect."""
     return _openfia.simd_target()
+
+
+def set_kernel(name: str) -> None:
+    """Forces one attention kernel for every work item ("" = the target's kernel list, the
+    default; also OPENFIA_KERNEL). The name must be one of available_kernels(); a call with an
+    item the kernel does not support then fails with an error naming why."""
+    _openfia.set_kernel(name)
+
+
+def get_kernel() -> str:
+    """The forced kernel, "" when none."""
+    return _openfia.get_kernel()
+
+
+def available_kernels() -> list:
+    """The attention kernels compiled into this build whose instructions this CPU runs."""
+    return list(_openfia.available_kernels())
 
 
 def version() -> str:

@@ -198,6 +198,9 @@ NB_MODULE(_openfia, m) {
   m.def("get_num_threads", []() { return openfia::GetNumThreads(); });
   m.def("set_simd_cap", [](const std::string& t) { openfia::SetSimdCap(t); }, nb::arg("target"));
   m.def("simd_target", []() { return openfia::SimdTarget(); });
+  m.def("set_kernel", [](const std::string& k) { openfia::SetKernel(k); }, nb::arg("name"));
+  m.def("get_kernel", []() { return openfia::GetKernel(); });
+  m.def("available_kernels", []() { return openfia::AvailableKernels(); });
   m.def("version", []() { return openfia::Version(); });
   RegisterKvqsfa(m);
   RegisterSas(m);
