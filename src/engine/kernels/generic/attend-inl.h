@@ -74,97 +74,7 @@ inline void LoadRowF32(const Operand& o, const void* base, int64_t off, int64_t 
   for (; d < n; ++d) dst[d] = cvt::Load(base, o.elem, off + DOff(o, d));
 }
 
-// Where logical key j of batch b, KV head hk lives in `kv` (SEMANTICS 1.7 / 1.10). coord gets the
-// dequant coordinates (problem.h Dequant): storage (b, s), or (batch, token position) when the
-// cache's scales are `logical`.
-inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j,
-                       const void** base, int64_t* off, uint8_t* from_prefix,
-                       int64_t* coord = nullptr) {
-  int64_t cb, cs;  // storage (b, s): the dequant coordinates (problem.h, Dequant)
-  if (j < p.prefix_len) {
-    *base = kv.prefix.Base(0);
-    *off = kv.prefix.Offset(0, hk, j, 0);
-    *from_prefix = 1;
-    cb = 0;
-    cs = j;
-  } else {
-    const int64_t t = p.kv_begin[b] + j - p.prefix_len;
-    *from_prefix = 0;
-    if (p.paged) {
-      cb = p.block_table[b * p.bt_stride + t / p.block_size];
-      cs = t % p.block_size;
-      *base = kv.cache.data;
-    } else {
-      cb = b;
-      cs = t;
-      *base = kv.cache.Base(b);
-    }
-    *off = kv.cache.Offset(cb, hk, cs, 0);
-    if (kv.dequant.logical) {  // per-token scales of a paged cache: (batch, token position)
-      cb = b;
-      cs = t;
-    }
-  }
-  if (coord) {
-    coord[0] = cb;
-    coord[1] = cs;
-  }
-}
-
-// Sparse key selection (problem.h): the list entry at position j of work item w's key list for
-// KV head hk (a sparse item has exactly one query row, so one list per KV head).
-inline int64_t ListEntry(const Problem& p, const WorkItem& w, int64_t hk, int64_t j) {
-  return p.key_offset[(p.q_row_base[w.b] + w.i0) * p.h_kv + hk] + j;
-}
-
-// Where list entry e lives: token key_index[e] of the batch's sequence in kv, or for an entry of
-// the second key source (key_source[e] != 0) token key_index[e] of kv2, reported as *second = 1:
-// the packing reads such keys through the `prefix` slot of the operand WithSecond() builds (a
-// problem with a second key source has no shared prefix, so the slot is free).
-inline void ResolveEntry(const Problem& p, const KvOperand& kv, const KvOperand& kv2, int64_t b,
-                         int64_t hk, int64_t e, const void** base, int64_t* off,
-                         uint8_t* second, int64_t* coord = nullptr) {
-  const int64_t t = p.key_index[e];
-  if (p.key_source.empty() || p.key_source[e] == 0) {
-    ResolveKey(p, kv, b, hk, p.prefix_len + t, base, off, second, coord);
-    return;
-  }
-  int64_t cb = b, cs = t;
-  if (p.block_table2 != nullptr) {
-    cb = p.block_table2[b * p.bt_stride2 + t / p.block_size2];
-    cs = t % p.block_size2;
-    *base = kv2.cache.data;
-  } else {
-    *base = kv2.cache.Base(b);
-  }
-  *off = kv2.cache.Offset(cb, hk, cs, 0);
-  *second = 1;
-  if (coord) {
-    coord[0] = cb;
-    coord[1] = cs;
-  }
-}
-
-// Logical key j of item w for KV head hk: the key range of dense problems, the position in the
-// row's key list under sparse selection. kv2 is the second key source (unused when absent).
-inline void ResolveItemKey(const Problem& p, const KvOperand& kv, const KvOperand& kv2,
-                           const WorkItem& w, int64_t hk, int64_t j, const void** base,
-                           int64_t* off, uint8_t* from_prefix, int64_t* coord = nullptr) {
-  if (p.key_offset.empty()) {
-    ResolveKey(p, kv, w.b, hk, j, base, off, from_prefix, coord);
-  } else {
-    ResolveEntry(p, kv, kv2, w.b, hk, ListEntry(p, w, hk, j), base, off, from_prefix, coord);
-  }
-}
-
-// kv with the second key source kv2 in its prefix slot (see ResolveEntry), for a problem with a
-// second key source.
-inline KvOperand WithSecond(const KvOperand& kv, const KvOperand& kv2) {
-  KvOperand m = kv;
-  m.prefix = kv2.cache;
-  m.prefix_dequant = kv2.dequant;
-  return m;
-}
+#include "engine/kernels/generic/kv_rows-inl.h"
 
 // Antiquant of the keys of one tile (SEMANTICS 1.9): (x + offset) * scale in fp32, rounded to the
 // query dtype, exactly as the reference; null Dequant pointers mean the operand is not quantized.
@@ -1062,15 +972,11 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
       const TileDq vdq = MakeTileDq(Vx, sc.vcoord, hk, pe);
       const TileDq rdq = MakeTileDq(Rx, sc.kcoord, hk, pe);
       if (hx == 0) {
-        for (int64_t n = 0; n < nk; ++n) {
-          ResolveItemKey(p, p.k, p.k2, w, hk, jt0 + n, &sc.kbase[n], &sc.koff[n], &sc.kpre[n],
-                         sc.kcoord + 2 * n);
-          ResolveItemKey(p, p.v, p.v2, w, hk, jt0 + n, &sc.vbase[n], &sc.voff[n], &sc.kpre[n],
-                         sc.vcoord + 2 * n);
-          if (p.d_rope > 0)  // rope keys live in the first source (no rope with a second one)
-            ResolveItemKey(p, p.k_rope, p.k2, w, hk, jt0 + n, &sc.rbase[n], &sc.roff[n],
-                           &sc.kpre[n], sc.kcoord + 2 * n);
-        }
+        ResolveItemKeys(p, p.k, p.k2, w, hk, jt0, nk, sc.kbase, sc.koff, sc.kpre, sc.kcoord);
+        ResolveItemKeys(p, p.v, p.v2, w, hk, jt0, nk, sc.vbase, sc.voff, sc.kpre, sc.vcoord);
+        if (p.d_rope > 0)  // rope keys live in the first source (no rope with a second one)
+          ResolveItemKeys(p, p.k_rope, p.k2, w, hk, jt0, nk, sc.rbase, sc.roff, sc.kpre,
+                          sc.kcoord);
       } else {  // the next KV head (never sparse: plan.cc keeps n_hk = 1 there): same storage
                 // rows (and dequant coordinates), offset + sh
         for (int64_t n = 0; n < nk; ++n) {
