@@ -55,10 +55,16 @@ inline void Compare(Case& c, const std::vector<uint8_t>& ref_out, const std::vec
   int64_t kvmax = 0;
   for (int64_t b = 0; b < p.batch; ++b) kvmax = std::max(kvmax, p.kv_total(b));
   // Score error of an fp32 dot product of length D (|q|, |k| <= amp): D * u * D * amp^2 * scale.
-  const double ds = D * u32 * D * s.amp * s.amp * s.scale;
+  // The reference rounds every dequantized K / V element to the query dtype; kernels may take
+  // the integers exact and apply the scales to the sums (at least as accurate): a K element's
+  // rounding moves a score by up to D * amp^2 * scale * u_q, a V element's an output by vmax * u_q.
+  const double u_q = p.q.elem == Elem::kF32 ? u32 : Eps(p.q.elem) / 2;
+  const bool kq = p.k.dequant.kind != Dequant::Kind::kNone;
+  const bool vq = p.v.dequant.kind != Dequant::Kind::kNone;
+  const double ds = D * u32 * D * s.amp * s.amp * s.scale + (kq ? D * s.amp * s.amp * s.scale * u_q : 0);
   const double vmax = c.max_abs_v();
   const double eps_p = p.q.elem == Elem::kF32 ? u32 : Eps(p.q.elem);
-  const double atol_x = vmax * (eps_p + 2.5 * ds + 2 * (kvmax + 16) * u32);
+  const double atol_x = vmax * (eps_p + (vq ? u_q : 0) + 2.5 * ds + 2 * (kvmax + 16) * u32);
   const double lse_tol = ds + 2 * (kvmax + 16) * u32;
   const Elem oe = p.out_elem;
   int bad = 0;

@@ -44,9 +44,6 @@ inline bool Avx2DecodeRunsItem(const Problem& p, const WorkItem& w) {
 inline bool Avx512Bf16DecodeRunsItem(const Problem& p, const WorkItem& w) {
   return KernelTakes("decode_avx512bf16", p, w);
 }
-inline bool AmxDecodeRunsItem(const Problem& p, const WorkItem& w) {
-  return KernelTakes("amx_decode", p, w);
-}
 inline bool AmxPrefillRunsItem(const Problem& p, const WorkItem& w) {
   return KernelTakes("amx_prefill", p, w);
 }

@@ -31,12 +31,12 @@ struct List {
 // tile loop of the target after them; the portable kernel last.
 //   - int8 full quantization takes the VPMADDWD kernel on every x86 target with AVX2 (integer
 //     products either way);
-//   - the AVX-512 targets offer decode items to their bf16 decode kernel (fp32 FMA products on
-//     the plain AVX-512 target, VDPBF16PS where Bf16DotTiles() on avx512bf16), then to the AVX2
-//     decode kernel (int8 / int4 K or V with other query dtypes);
+//   - decode items (a few rows per KV head, every key visible) take the target's decode kernel
+//     (generic/decode-inl.h: fp32 FMA products, VDPBF16PS where Bf16DotTiles() on avx512bf16);
 //   - the AMX target runs per-tile dequantized sparse items, multi-token SparseAttnSharedkv
-//     items, dense bf16 prefill and other bf16 items of 16 or more rows on tile matmuls; decode
-//     items go to the vector decode kernels first, the AMX decode kernel takes what they refuse.
+//     items, dense bf16 prefill and other bf16 items of 16 or more rows on tile matmuls, and its
+//     decode items on the AVX-512 decode kernel (fp32 FMA products: on the Intel CPUs measured,
+//     VDPBF16PS runs at half the FMA's rate).
 List Make(Isa isa) {
   List l;
   switch (isa) {
@@ -50,13 +50,11 @@ List Make(Isa isa) {
     case Isa::kAvx512:
       l.Add(FullQuantAvx2Kernel());
       l.Add(DecodeAvx512Kernel());
-      l.Add(DecodeAvx2Kernel());
       l.Add(TileAvx512Kernel());
       break;
     case Isa::kAvx512Bf16:
       l.Add(FullQuantAvx2Kernel());
       l.Add(DecodeAvx512Bf16Kernel());
-      l.Add(DecodeAvx2Kernel());
       l.Add(TileAvx512Bf16Kernel());
       break;
     case Isa::kAmx:
@@ -66,8 +64,6 @@ List Make(Isa isa) {
       l.Add(AmxPrefillKernel());
       l.Add(AmxTileKernel());
       l.Add(DecodeAvx512Kernel());
-      l.Add(DecodeAvx2Kernel());
-      l.Add(AmxDecodeKernel());
       l.Add(TileAvx512Kernel());
       break;
     case Isa::kNeon:
@@ -103,7 +99,7 @@ const Kernel* const* AllKernels(int* count) {
          {PortableKernel(), TileAvx2Kernel(), DecodeAvx2Kernel(), FullQuantAvx2Kernel(),
           TileAvx512Kernel(), DecodeAvx512Kernel(), TileAvx512Bf16Kernel(),
           DecodeAvx512Bf16Kernel(), AmxTileDequantKernel(), AmxSasKernel(), AmxPrefillKernel(),
-          AmxTileKernel(), AmxDecodeKernel(), TileNeonKernel(), TileNeonBf16Kernel()})
+          AmxTileKernel(), TileNeonKernel(), TileNeonBf16Kernel()})
       if (k != nullptr && a.n < kMaxList) a.Add(k);
     return a;
   }();

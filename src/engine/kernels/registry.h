@@ -33,12 +33,11 @@ const VectorOps* Avx512Bf16VectorOps();
 // Inf / NaN. For tests that must prove dot tiles ran.
 bool Avx512Bf16DotRunsItem(const Problem& p, const WorkItem& w);
 
-// amx/kernels_amx.cc, amx/decode_amx.cc
+// amx/kernels_amx.cc
 const Kernel* AmxTileDequantKernel();
 const Kernel* AmxSasKernel();
 const Kernel* AmxPrefillKernel();
 const Kernel* AmxTileKernel();
-const Kernel* AmxDecodeKernel();
 // Whether Linux grants this process AMX tile data (asked once; without it the first tile
 // instruction faults). False where AMX is not compiled.
 bool AmxTileDataGranted();

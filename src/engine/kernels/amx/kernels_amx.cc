@@ -88,7 +88,7 @@ inline void LoadTileConfig() {
     c.rows[t] = 16;
   }
   // Not _tile_loadconfig: GCC 12's version declares only the first 8 bytes of the config as its
-  // input, so the compiler may drop the stores of the rest (decode_amx.cc saw SIGILL at -O3).
+  // input, so the compiler may drop the stores of the rest (an AMX kernel saw SIGILL at -O3).
   __asm__ volatile("ldtilecfg %0" ::"m"(c));
 }
 

@@ -37,7 +37,7 @@ struct V : Avx2Vec {};
 #include "engine/kernels/generic/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
-#include "engine/kernels/avx2/decode_avx2-inl.h"
+#include "engine/kernels/generic/decode-inl.h"
 #include "engine/kernels/avx2/fullquant_avx2-inl.h"
 #include "engine/kernels/generic/rows-inl.h"
 
@@ -50,10 +50,7 @@ void TileRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates
 }
 
 const char* DecodeSupports(const Problem& p, const WorkItem* w) {
-  if (w == nullptr) return DecodeProblemWhy(p);
-  if (!DecodeCan(p, *w)) return "not a decode item of the kernel's shapes";
-  if (DecScratchFloats(p, *w) > TileStageFloats(p)) return "the item does not fit the scratch";
-  return nullptr;
+  return w == nullptr ? DecodeProblemWhy(p) : DecodeItemWhy(p, *w);
 }
 void DecodeRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
   DecodeRunItem(p, w, TileOf(scratch), out);

@@ -37,8 +37,7 @@ struct V : Avx512Vec {};
 #include "engine/kernels/generic/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
-#include "engine/kernels/generic/decode_tile-inl.h"
-#include "engine/kernels/avx512/decode_avx512-inl.h"
+#include "engine/kernels/generic/decode-inl.h"
 #include "engine/kernels/generic/rows-inl.h"
 
 const char* TileSupports(const Problem& p, const WorkItem* w) {
@@ -50,12 +49,10 @@ void TileRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates
 }
 
 const char* DecodeSupports(const Problem& p, const WorkItem* w) {
-  if (p.q.elem != Elem::kBF16) return "a query dtype other than bfloat16";
-  if (w == nullptr) return DecodeProblemWhy(p);
-  return Bf16DecodeItemWhy(p, *w);
+  return w == nullptr ? DecodeProblemWhy(p) : DecodeItemWhy(p, *w);
 }
 void DecodeRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
-  Bf16DecodeRunItem(p, w, TileOf(scratch), out);
+  DecodeRunItem(p, w, TileOf(scratch), out);
 }
 
 const Kernel kTile = {"tile_avx512", Isa::kAvx512, &TileSupports, &TileScratchSize,

@@ -45,10 +45,9 @@ struct V : Avx512Vec {
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
 #undef OPENFIA_ATTEND_BF16DOT
-#include "engine/kernels/generic/decode_tile-inl.h"
-#define OPENFIA_DECODE_BF16DOT 1
-#include "engine/kernels/avx512/decode_avx512-inl.h"
-#undef OPENFIA_DECODE_BF16DOT
+#define OPENFIA_DECODE_DOT 1
+#include "engine/kernels/generic/decode-inl.h"
+#undef OPENFIA_DECODE_DOT
 #include "engine/kernels/generic/rows-inl.h"
 
 const char* TileSupports(const Problem& p, const WorkItem* w) {
@@ -60,12 +59,10 @@ void TileRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates
 }
 
 const char* DecodeSupports(const Problem& p, const WorkItem* w) {
-  if (p.q.elem != Elem::kBF16) return "a query dtype other than bfloat16";
-  if (w == nullptr) return DecodeProblemWhy(p);
-  return Bf16DecodeItemWhy(p, *w);
+  return w == nullptr ? DecodeProblemWhy(p) : DecodeItemWhy(p, *w);
 }
 void DecodeRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
-  Bf16DecodeRunItem(p, w, TileOf(scratch), out);
+  DecodeRunItem(p, w, TileOf(scratch), out);
 }
 
 const Kernel kTile = {"tile_avx512bf16", Isa::kAvx512Bf16, &TileSupports, &TileScratchSize,

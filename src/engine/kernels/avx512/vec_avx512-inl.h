@@ -14,8 +14,10 @@ struct Avx512Vec {
   static T Add(T a, T b) { return _mm512_add_ps(a, b); }
   static T Sub(T a, T b) { return _mm512_sub_ps(a, b); }
   static T Max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T Min(T a, T b) { return _mm512_min_ps(a, b); }
   static T Div(T a, T b) { return _mm512_div_ps(a, b); }
   static float ReduceMax(T a) { return _mm512_reduce_max_ps(a); }
+  static float ReduceMin(T a) { return _mm512_reduce_min_ps(a); }
   static float ReduceSum(T a) { return _mm512_reduce_add_ps(a); }
 
   // exp(x) in every lane, NaN kept: x = n ln2 + r with n the nearest integer to x log2e (from

@@ -27,13 +27,16 @@
 // Where a step writes its probabilities P.
 struct SoftmaxStore {
   enum class Kind : uint8_t {
-    kRounded,  // fp32, rounded to `pe` (bf16, f16; f32: as computed), over the scores
+    kRounded,  // fp32, rounded to `pe` (bf16, f16; f32: as computed), at `pf` (nullptr: over
+               // the scores)
     kBf16,     // bf16 (round to nearest even) at `p` (nullptr: over the first half of the scores)
   };
   Kind kind = Kind::kRounded;
   Elem pe = Elem::kF32;
   uint16_t* p = nullptr;  // kBf16 elsewhere: row r at p + r * ldp
   int64_t ldp = 0;
+  float* pf = nullptr;  // kRounded elsewhere: row r at pf + r * ldpf
+  int64_t ldpf = 0;
 };
 
 // Whether the target's traits have a row-reduction tree / a native bf16 store of their own.
@@ -96,6 +99,7 @@ inline typename V::T SoftmaxRowExp(float* s, int64_t npad, float scale, float m_
   uint16_t* pb = st.kind == SoftmaxStore::Kind::kBf16
                      ? (st.p != nullptr ? st.p + r * st.ldp : reinterpret_cast<uint16_t*>(s))
                      : nullptr;
+  float* pf = st.pf != nullptr ? st.pf + r * st.ldpf : s;
   for (int64_t n = 0; n < npad; n += W) {
     typename V::T x = V::Load(s + n);
     if (scale != 1.f) x = V::Mul(x, vscale);
@@ -107,7 +111,7 @@ inline typename V::T SoftmaxRowExp(float* s, int64_t npad, float scale, float m_
     }
     if (st.pe == Elem::kBF16) e = V::RoundBF16(e);
     else if (st.pe == Elem::kF16) e = V::RoundF16(e);
-    V::Store(s + n, e);
+    V::Store(pf + n, e);
   }
   return vsum;
 }
@@ -119,7 +123,8 @@ inline void SoftmaxRowZero(float* s, int64_t npad, const SoftmaxStore& st, int64
     std::fill(pb, pb + npad, uint16_t{0});
     return;
   }
-  std::fill(s, s + npad, 0.f);
+  float* pf = st.pf != nullptr ? st.pf + r * st.ldpf : s;
+  std::fill(pf, pf + npad, 0.f);
 }
 
 // The state update of a group of g <= kW rows, lane i being row i.
@@ -160,15 +165,16 @@ struct SoftmaxGroup {
 
   // The rules after the exponentials: l, m and the accumulators (acc == nullptr: not written
   // yet, so nothing to rescale; every row is then without history) from the rows' step sums
-  // (lanes).
+  // (lanes); aux (when not null): one more per-row accumulator, rescaled like acc.
   void Finish(typename V::T sums, float* m, float* l, float* acc, int64_t acc_stride,
-              int64_t ldv) const {
+              int64_t ldv, float* aux = nullptr) const {
     alignas(64) float sum[W];
     V::Store(sum, sums);
     for (int i = 0; i < g; ++i) {
       if (dead[i]) continue;
       l[i] = l[i] * alpha[i] + sum[i];
       m[i] = m_new[i];
+      if (aux != nullptr && alpha[i] != 1.f) aux[i] *= alpha[i];
       if (acc != nullptr && alpha[i] != 1.f) {
         float* a = acc + i * acc_stride;
         const typename V::T va = V::Set1(alpha[i]);
@@ -194,6 +200,7 @@ struct SoftmaxStep {
   // history, and the caller's P V initializes them).
   float* acc = nullptr;
   int64_t acc_stride = 0, ldv = 0;
+  float* aux = nullptr;  // [rows] or null: one more per-row accumulator, rescaled like acc
 };
 
 inline void RunSoftmaxStep(const SoftmaxStep& st) {
@@ -228,6 +235,6 @@ inline void RunSoftmaxStep(const SoftmaxStep& st) {
     }
     grp.Finish(SoftmaxReduceRows<V>(part, [](auto a, auto b) { return V::Add(a, b); }),
                st.m + r0, st.l + r0, st.acc ? st.acc + r0 * st.acc_stride : nullptr,
-               st.acc_stride, st.ldv);
+               st.acc_stride, st.ldv, st.aux ? st.aux + r0 : nullptr);
   }
 }

@@ -17,8 +17,10 @@ struct NeonVec {
   static T Add(T a, T b) { return vaddq_f32(a, b); }
   static T Sub(T a, T b) { return vsubq_f32(a, b); }
   static T Max(T a, T b) { return vmaxq_f32(a, b); }
+  static T Min(T a, T b) { return vminq_f32(a, b); }
   static T Div(T a, T b) { return vdivq_f32(a, b); }
   static float ReduceMax(T a) { return vmaxvq_f32(a); }
+  static float ReduceMin(T a) { return vminvq_f32(a); }
   static float ReduceSum(T a) { return vaddvq_f32(a); }
 
   // exp(x) in every lane, NaN kept: x = n ln2 + r with n the nearest integer to x log2e (from

@@ -13,7 +13,9 @@ struct ScalarVec {
   static T Add(T a, T b) { return a + b; }
   static T Sub(T a, T b) { return a - b; }
   static T Max(T a, T b) { return std::isnan(b) ? b : (a < b ? b : a); }
+  static T Min(T a, T b) { return std::isnan(b) ? b : (b < a ? b : a); }
   static float ReduceMax(T a) { return a; }
+  static float ReduceMin(T a) { return a; }
   static float ReduceSum(T a) { return a; }
   // The vector targets' contract (vec_avx512-inl.h Exp) on the C library's exp.
   template <bool kProb = false>

@@ -1,0 +1,239 @@
+// openfia internal: the VDPBF16PS products of the decode kernel (generic/decode-inl.h), for bf16
+// queries on the avx512bf16 target where Bf16DotTiles. Included by decode-inl.h inside the
+// target's namespace when OPENFIA_DECODE_DOT is defined.
+//
+//   S = Q K^T  rows in passes of 4: a query vector holds 4 rows x 4 channel pairs of 8 channels,
+//              and each key's same 8 channels are broadcast to the 4 row lanes (one 128-bit
+//              broadcast load), so one VDPBF16PS is 32 useful products with no reduction per
+//              key: 16 keys x 4 rows = 16 accumulators, summed over their 4 pair lanes by a
+//              shuffle tree and a 4 x 4 block transpose into the rows' scores. 1 or 2 rows: the
+//              key row against the query row, 16 keys, summed by V::ReduceRows.
+//   P V        two value rows interleaved into bf16 pairs (V[n][c], V[n + 1][c]) by VPUNPCK{L,H}WD
+//              (the accumulators keep the order they give; DotPermuteRows), against the
+//              broadcast pair (P[r][n], P[r][n + 1]) of each row.
+// bf16 x bf16 products are exact in fp32 (VDPBF16PS reads a subnormal bf16 as zero: the kernel
+// keeps subnormal queries and probabilities off this path, decode-inl.h).
+
+__attribute__((always_inline)) inline __m512bh DotBh(__m512i x) {
+  return reinterpret_cast<__m512bh>(x);
+}
+
+// The bf16 query rows of one head (fp32 rows qf [R padded][D] holding bf16 values) as the score
+// products read them: R <= 2, rows of D / 2 pairs; else groups of 4 rows, each D / 8 vectors of
+// 16 words, word 4 r + j = channels (8 c + 2 j, 8 c + 2 j + 1) of row r.
+inline void DotPackQuery(const float* qf, int64_t R, int64_t D, uint32_t* qp) {
+  const auto pair = [](float lo, float hi) {
+    return static_cast<uint32_t>(cvt::F32ToBF16(lo)) |
+           (static_cast<uint32_t>(cvt::F32ToBF16(hi)) << 16);
+  };
+  if (R <= 2) {
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t i = 0; i < D / 2; ++i)
+        qp[r * D / 2 + i] = pair(qf[r * D + 2 * i], qf[r * D + 2 * i + 1]);
+    return;
+  }
+  for (int64_t g = 0; 4 * g < R; ++g)
+    for (int64_t c = 0; c < D / 8; ++c)
+      for (int r = 0; r < 4; ++r) {
+        const float* row = qf + (4 * g + r) * D + 8 * c;
+        for (int j = 0; j < 4; ++j)
+          qp[g * 2 * D + c * 16 + 4 * r + j] = pair(row[2 * j], row[2 * j + 1]);
+      }
+}
+
+// The int8 / int4 keys of head x as bf16 rows stage[n * D]: the integers (exact; their per-key
+// parameters come after the products) or, per channel, (x + o_d) s_d rounded to bf16 as the
+// reference rounds them.
+inline void DotStageKeys(const DecItem& it, const DecTileRows& t, int64_t x, const float* chan,
+                         uint16_t* stage, const char** kr) {
+  const int64_t D = it.D;
+  for (int64_t n = 0; n < t.nk; ++n) {
+    const char* row = t.k[n] + x * t.kstep[n];
+    uint16_t* dst = stage + n * D;
+    for (int64_t d = 0; d < D; d += 16) {
+      __m512 v = it.ks.fmt == DecFmt::kI8 ? DecLoad<DecFmt::kI8>(row, d)
+                                          : DecLoad<DecFmt::kI4>(row, d);
+      if (it.ks.chan) v = DecDequantChan<Elem::kF32>(v, chan, D, d);
+      V::StoreBF16(dst + d, v);
+    }
+    kr[n] = reinterpret_cast<const char*>(dst);
+  }
+}
+
+// S[r][n] = q_r . K_n for the R rows of a head and keys n < nk (bf16 key rows kr).
+inline void DotQk(const DecItem& it, const uint32_t* qp, const char* const* kr, int64_t nk,
+                  float* S, DecPrefetch& pf) {
+  const int64_t D = it.D, R = it.R, TNk = kTileKeys;
+  const char* k16[16];
+  if (R <= 2) {
+    for (int64_t r = 0; r < R; ++r) {
+      const uint32_t* q = qp + r * D / 2;
+      for (int64_t n0 = 0; n0 < nk; n0 += 16) {
+        pf.Tick();
+        for (int k = 0; k < 16; ++k) k16[k] = kr[std::min<int64_t>(n0 + k, nk - 1)];
+        __m512 acc[16];
+        OPENFIA_UNROLL
+        for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d += 32) {
+          // D is a multiple of 16: a last half chunk reads 16 channels (zero pairs past them).
+          const __mmask32 m = d + 32 <= D ? 0xFFFFFFFFu : 0xFFFFu;
+          const __m512bh qv = DotBh(_mm512_maskz_loadu_epi16(m, q + d / 2));
+          OPENFIA_UNROLL
+          for (int k = 0; k < 16; ++k)
+            acc[k] = _mm512_dpbf16_ps(acc[k], DotBh(_mm512_maskz_loadu_epi16(m, k16[k] + 2 * d)),
+                                      qv);
+        }
+        _mm512_storeu_ps(S + r * TNk + n0,
+                         V::ReduceRows(acc, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); }));
+      }
+    }
+    return;
+  }
+  for (int64_t g = 0; 4 * g < R; ++g) {
+    const uint32_t* q = qp + g * 2 * D;
+    const int64_t rows = std::min<int64_t>(4, R - 4 * g);
+    for (int64_t n0 = 0; n0 < nk; n0 += 16) {
+      pf.Tick();
+      for (int k = 0; k < 16; ++k) k16[k] = kr[std::min<int64_t>(n0 + k, nk - 1)];
+      __m512 acc[16];
+      OPENFIA_UNROLL
+      for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_ps();
+      for (int64_t c = 0; c < D / 8; ++c) {
+        const __m512bh qv = DotBh(_mm512_loadu_si512(q + c * 16));
+        OPENFIA_UNROLL
+        for (int k = 0; k < 16; ++k) {
+          const __m512i kb = _mm512_broadcast_i32x4(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(k16[k] + 16 * c)));
+          acc[k] = _mm512_dpbf16_ps(acc[k], DotBh(kb), qv);
+        }
+      }
+      // acc[k] lane 4 r + j: row r's partial sum over pair lane j. out[i], block r: row r's
+      // scores of keys 4 i .. 4 i + 3.
+      __m512 out[4];
+      OPENFIA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const __m512 a = acc[4 * i], b = acc[4 * i + 1], c = acc[4 * i + 2], d = acc[4 * i + 3];
+        const __m512 ab = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
+        const __m512 cd = _mm512_add_ps(_mm512_shuffle_ps(c, d, 0x88), _mm512_shuffle_ps(c, d, 0xDD));
+        out[i] = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x88), _mm512_shuffle_ps(ab, cd, 0xDD));
+      }
+      const __m512 t0 = _mm512_shuffle_f32x4(out[0], out[1], 0x44);
+      const __m512 t1 = _mm512_shuffle_f32x4(out[0], out[1], 0xEE);
+      const __m512 t2 = _mm512_shuffle_f32x4(out[2], out[3], 0x44);
+      const __m512 t3 = _mm512_shuffle_f32x4(out[2], out[3], 0xEE);
+      const __m512 row[4] = {_mm512_shuffle_f32x4(t0, t2, 0x88), _mm512_shuffle_f32x4(t0, t2, 0xDD),
+                             _mm512_shuffle_f32x4(t1, t3, 0x88), _mm512_shuffle_f32x4(t1, t3, 0xDD)};
+      for (int64_t r = 0; r < rows; ++r) _mm512_storeu_ps(S + (4 * g + r) * TNk + n0, row[r]);
+    }
+  }
+}
+
+// P V keeps each 32 channels [c, c + 32) of an accumulator row as [16 lanes lo | 16 lanes hi]
+// with lane i of lo channel c + 8 (i / 4) + i % 4 and of hi channel c + 8 (i / 4) + 4 + i % 4:
+// the order VPUNPCK{L,H}WD give the value pairs (an in-lane interleave, cheaper than a
+// cross-lane one). A last 16 channels (d_v % 32 == 16) stay in channel order. DotPermuteRows
+// switches rows between the two orders.
+__attribute__((always_inline)) inline void DotPermute32(float* a, bool to_pv) {
+  const __m512 x = _mm512_loadu_ps(a), y = _mm512_loadu_ps(a + 16);
+  if (to_pv) {  // x = [c0-3, c4-7, c8-11, c12-15], y = [c16-19, ..., c28-31] -> lo, hi
+    _mm512_storeu_ps(a, _mm512_shuffle_f32x4(x, y, 0x88));       // [c0-3, c8-11, c16-19, c24-27]
+    _mm512_storeu_ps(a + 16, _mm512_shuffle_f32x4(x, y, 0xDD));  // [c4-7, c12-15, c20-23, c28-31]
+  } else {  // lo = [c0-3, c8-11, c16-19, c24-27], hi = [c4-7, c12-15, c20-23, c28-31]
+    const __m512 t = _mm512_shuffle_f32x4(x, y, 0x44), u = _mm512_shuffle_f32x4(x, y, 0xEE);
+    // t = [c0-3, c8-11, c4-7, c12-15], u = [c16-19, c24-27, c20-23, c28-31]
+    _mm512_storeu_ps(a, _mm512_shuffle_f32x4(t, t, 0xD8));
+    _mm512_storeu_ps(a + 16, _mm512_shuffle_f32x4(u, u, 0xD8));
+  }
+}
+inline void DotPermuteRows(float* acc, int64_t rows, int64_t lda, int64_t Dv, bool to_pv) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c + 32 <= Dv; c += 32) DotPermute32(acc + r * lda + c, to_pv);
+}
+
+// acc rows [r0, r0 + RB) += P V for NC channels from c0 (NC = 32 or 64, the P V order above; 16:
+// a last 16 channels in channel order): P bf16 [R][TN], value rows vr (one more zero row when nk
+// is odd).
+template <int RB, int NC>
+__attribute__((always_inline)) inline void DotPvBlock(const uint16_t* P, int64_t r0,
+                                                      const char* const* vr, int64_t nk,
+                                                      int64_t c0, float* acc, int64_t lda) {
+  constexpr int NA = NC == 16 ? 1 : NC / 16;  // accumulators per row
+  __m512 a[RB][NA];
+  OPENFIA_UNROLL
+  for (int r = 0; r < RB; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < NA; ++j) a[r][j] = _mm512_loadu_ps(acc + (r0 + r) * lda + c0 + 16 * j);
+  const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                       8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  for (int64_t n = 0; n < nk; n += 2) {
+    __m512bh pv[NA];
+    if constexpr (NC == 16) {
+      const __m512i v0 = _mm512_maskz_loadu_epi16(0xFFFFu, vr[n] + 2 * c0);
+      const __m512i v1 = _mm512_maskz_loadu_epi16(0xFFFFu, vr[n + 1] + 2 * c0);
+      pv[0] = DotBh(_mm512_permutex2var_epi16(v0, idx, v1));
+    } else {
+      OPENFIA_UNROLL
+      for (int j = 0; j < NA; j += 2) {
+        const __m512i v0 = _mm512_loadu_si512(vr[n] + 2 * (c0 + 16 * j));
+        const __m512i v1 = _mm512_loadu_si512(vr[n + 1] + 2 * (c0 + 16 * j));
+        pv[j] = DotBh(_mm512_unpacklo_epi16(v0, v1));
+        pv[j + 1] = DotBh(_mm512_unpackhi_epi16(v0, v1));
+      }
+    }
+    OPENFIA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      using aint = int __attribute__((may_alias));
+      const __m512bh pw = DotBh(_mm512_set1_epi32(
+          *reinterpret_cast<const aint*>(P + (r0 + r) * kTileKeys + n)));
+      OPENFIA_UNROLL
+      for (int j = 0; j < NA; ++j) a[r][j] = _mm512_dpbf16_ps(a[r][j], pv[j], pw);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < RB; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < NA; ++j) _mm512_storeu_ps(acc + (r0 + r) * lda + c0 + 16 * j, a[r][j]);
+}
+
+// Rows [r0, r0 + RB) over every channel: blocks of 64 (RB <= 4) or 32 channels, then a last 16.
+template <int RB>
+inline void DotPvRows(const uint16_t* P, int64_t r0, const char* const* vr, int64_t nk,
+                      int64_t Dv, float* acc, int64_t lda, DecPrefetch& pf) {
+  int64_t c0 = 0;
+  if constexpr (RB <= 4) {
+    for (; c0 + 64 <= Dv; c0 += 64) {
+      pf.Tick();
+      DotPvBlock<RB, 64>(P, r0, vr, nk, c0, acc, lda);
+    }
+  }
+  for (; c0 + 32 <= Dv; c0 += 32) {
+    pf.Tick();
+    DotPvBlock<RB, 32>(P, r0, vr, nk, c0, acc, lda);
+  }
+  if (c0 < Dv) DotPvBlock<RB, 16>(P, r0, vr, nk, c0, acc, lda);
+}
+
+// acc (the R rows of head x, in the P V order) += P V over the tile's keys; P bf16 [R][TN] (0
+// past nk).
+inline void DotPv(const DecItem& it, const uint16_t* P, const DecTileRows& t, int64_t x,
+                  float* acc, int64_t lda, DecPrefetch& pf) {
+  const char* vr[kTileKeys + 1];
+  const int64_t nk = t.nk;
+  for (int64_t n = 0; n < nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
+  vr[nk] = reinterpret_cast<const char*>(kDecZeroRow);
+  int64_t r0 = 0;
+  for (; r0 + 8 <= it.R; r0 += 8) DotPvRows<8>(P, r0, vr, nk, it.Dv, acc, lda, pf);
+  switch (it.R - r0) {
+    case 1: DotPvRows<1>(P, r0, vr, nk, it.Dv, acc, lda, pf); break;
+    case 2: DotPvRows<2>(P, r0, vr, nk, it.Dv, acc, lda, pf); break;
+    case 3: DotPvRows<3>(P, r0, vr, nk, it.Dv, acc, lda, pf); break;
+    case 4: DotPvRows<4>(P, r0, vr, nk, it.Dv, acc, lda, pf); break;
+    case 5: DotPvRows<4>(P, r0, vr, nk, it.Dv, acc, lda, pf);
+            DotPvRows<1>(P, r0 + 4, vr, nk, it.Dv, acc, lda, pf); break;
+    case 6: DotPvRows<4>(P, r0, vr, nk, it.Dv, acc, lda, pf);
+            DotPvRows<2>(P, r0 + 4, vr, nk, it.Dv, acc, lda, pf); break;
+    case 7: DotPvRows<4>(P, r0, vr, nk, it.Dv, acc, lda, pf);
+            DotPvRows<3>(P, r0 + 4, vr, nk, it.Dv, acc, lda, pf); break;
+    default: break;
+  }
+}

@@ -1,0 +1,790 @@
+// openfia internal: the decode kernels (decode_avx2, decode_avx512, decode_avx512bf16): a few
+// query rows per KV head (a GQA group at one or a few queries) over long key ranges, where every
+// key / value byte serves only those rows. Included (no include guard) inside a target's namespace
+// after attend-inl.h (V, the resolver, LoadElem, RunSoftmaxStep); kernels_avx512bf16.cc defines
+// OPENFIA_DECODE_DOT first and includes avx512/decode_dot-inl.h for the VDPBF16PS products.
+//
+// Per tile of kTileKeys keys and per KV head of the item, with R rows:
+//   S = Q K^T   VDPBF16PS on bf16 queries where Bf16DotTiles (decode_dot-inl.h), else fp32 FMAs
+//               on K rows widened in registers, R rows at a time sharing each loaded K vector;
+//   softmax     the shared update (softmax-inl.h) on the row-major scores, P rounded to the
+//               query dtype, into its own buffer so the scores stay;
+//   acc += P V  VDPBF16PS on bf16 value pairs (where Q K^T used it and V is bf16), else fp32
+//               FMAs, R rows at a time sharing each loaded V vector.
+// int8 / int4 K and V: the integers are exact in bf16 and fp32, so the elements go to the
+// products with one exact conversion and the antiquant scales come out of the sums:
+//   per token, head or tensor  s (q.x + o sum(q)) for a key: q.x from the integers, then one
+//                              fused step per score; a value's scale multiplies its P
+//                              (P' = P s in fp32) and its offset adds sum P' o to every
+//                              channel (one per-row sum, rescaled with the row);
+//   per channel                (x + o_d) s_d rounded to the query dtype per element, as the
+//                              reference computes it (a channel's parameters do not factor out).
+// The factored forms round differently from the reference (which rounds each dequantized element
+// to the query dtype): at least as accurate, and inside the same tolerances.
+//
+// Exact corners, tile by tile and head by head: a tile whose per-token parameters are not all
+// finite runs the reference's element order (DecodeExactTile); a tile whose probabilities fell
+// below the probability exp's floor (exp(-86.5)) next to a float V recomputes them with the exact
+// exp and multiplies in fp32 (a tiny P times an infinite value is infinite, not 0 x inf = NaN).
+//
+// Memory: the tile's K and V rows of every head are read token after token (a [block,
+// block_size, H_kv * D] cache stores a token's heads contiguously) and the next tile's rows are
+// prefetched into L2 a few lines at a time between the products.
+
+constexpr int64_t kDecMaxD = 1024;
+constexpr int kDecMaxR = 16;  // rows per KV head
+
+enum class DecFmt : uint8_t { kF32, kF16, kBF16, kI8, kI4 };
+
+inline int64_t DecBytes(DecFmt f, int64_t elems) {
+  switch (f) {
+    case DecFmt::kF32: return 4 * elems;
+    case DecFmt::kF16:
+    case DecFmt::kBF16: return 2 * elems;
+    case DecFmt::kI8: return elems;
+    default: return elems / 2;
+  }
+}
+
+// How the kernel reads one of K / V.
+struct DecSide {
+  DecFmt fmt = DecFmt::kBF16;
+  const Dequant* dq = nullptr;  // int8 / int4 only
+  bool chan = false;            // per-channel parameters (of a head)
+  bool off = false;             // with an offset
+  bool quant() const { return dq != nullptr; }
+};
+
+inline DecFmt DecFloatFmt(Elem e) {
+  return e == Elem::kF32 ? DecFmt::kF32 : e == Elem::kF16 ? DecFmt::kF16 : DecFmt::kBF16;
+}
+
+inline const char* DecSideOf(const KvOperand& kv, Elem qe, DecSide* s) {
+  const Operand& o = kv.cache;
+  if (o.sd != 1 || o.d_split != 0) return "a key / value layout with strided or split channels";
+  const Dequant& dq = kv.dequant;
+  if (dq.kind == Dequant::Kind::kNone) {
+    if (o.elem != qe) return "a float key / value dtype other than the query's";
+    if (kv.prefix.present() &&
+        (kv.prefix.elem != qe || kv.prefix.sd != 1 || kv.prefix.d_split != 0 ||
+         kv.prefix_dequant.kind != Dequant::Kind::kNone))
+      return "a shared prefix stored unlike the cache";
+    s->fmt = DecFloatFmt(qe);
+    return nullptr;
+  }
+  if (kv.prefix.present()) return "an antiquant cache with a shared prefix";
+  if (o.elem != Elem::kI8 && o.elem != Elem::kI4) return "an antiquant storage other than int8 / int4";
+  if (dq.kind == Dequant::Kind::kPerTile || dq.d_group != 0) return "per-tile antiquant";
+  s->chan = dq.sd != 0;
+  if (s->chan && (dq.sb != 0 || dq.ss != 0))
+    return "antiquant parameters per channel and token";
+  if (o.elem == Elem::kI4 && ((o.sb | o.sh | o.ss) & 1) != 0)
+    return "int4 rows that do not start on a byte";
+  if (!IsFloatElem(dq.scale_elem) || (dq.offset != nullptr && !IsFloatElem(dq.offset_elem)))
+    return "an antiquant scale or offset that is not a float";
+  s->fmt = o.elem == Elem::kI8 ? DecFmt::kI8 : DecFmt::kI4;
+  s->dq = &dq;
+  s->off = dq.offset != nullptr;
+  return nullptr;
+}
+
+// The problem-level part of the decode kernels' support.
+inline const char* DecodeProblemWhy(const Problem& p) {
+  if (p.full_quant || !p.key_offset.empty() || p.k2.cache.present())
+    return "full quantization or sparse keys";
+  if (p.d_rope > 0 || p.pse != nullptr || p.mask != nullptr) return "rope, pse or a mask";
+  if (!IsFloatElem(p.q.elem)) return "a query dtype other than float32, float16 or bfloat16";
+  if (p.d_qk % 16 != 0 || p.d_v % 16 != 0 || p.d_qk > kDecMaxD || p.d_v > kDecMaxD)
+    return "head sizes that are not multiples of 16 up to 1024";
+  DecSide k, v;
+  if (const char* w = DecSideOf(p.k, p.q.elem, &k)) return w;
+  if (const char* w = DecSideOf(p.v, p.q.elem, &v)) return w;
+  return nullptr;
+}
+
+// Scratch of an item in floats, from TileScratch::kt on (TileStageFloats): scores and P of one
+// head [R][TN] each, P' [R][TN], per-key parameters of K and V [4][TN], K rows staged as bf16
+// [TN][D / 2], per-channel parameters of one head [2][D] and [2][Dv], the rows' value-offset sums
+// and query sums [2][n_hk * R].
+inline int64_t DecScratchFloats(const Problem& p, const WorkItem& w) {
+  const int64_t R = w.head_rows(), TNk = kTileKeys;
+  return 3 * R * TNk + 4 * TNk + TNk * p.d_qk / 2 + 2 * (p.d_qk + p.d_v) + 2 * w.rows() + 64;
+}
+
+// Query rows of one KV head as the fp32 products read them: R rounded up to a row block.
+inline int64_t DecRowsPad(int64_t R) { return R <= 2 ? R : (R + 3) / 4 * 4; }
+
+inline const char* DecodeItemWhy(const Problem& p, const WorkItem& w) {
+  const int64_t R = w.head_rows();
+  if (R < 1 || R > kDecMaxR) return "more than 16 rows per KV head";
+  if (w.n_hk * DecRowsPad(R) > MaxItemRows(p)) return "more rows than the scratch holds";
+  const ItemOrigins o = OriginsOf(p, w.b);
+  if (w.j0 < w.j1 && ((w.i1 - 1) - o.pre > w.j0 || w.j1 - 1 > w.i0 + o.next))
+    return "a band that cuts into the item's keys";
+  if (DecScratchFloats(p, w) > TileStageFloats(p)) return "an item too large for the scratch";
+  return nullptr;
+}
+
+// ---- widening rows ---------------------------------------------------------------------------
+
+// W channels [d, d + W) of a row of format F as fp32 (exact for every format).
+template <DecFmt F>
+__attribute__((always_inline)) inline typename V::T DecLoad(const char* row, int64_t d) {
+  if constexpr (F == DecFmt::kF32) return V::Load(reinterpret_cast<const float*>(row) + d);
+  else if constexpr (F == DecFmt::kF16) return V::LoadF16(reinterpret_cast<const uint16_t*>(row) + d);
+  else if constexpr (F == DecFmt::kBF16) return V::LoadBF16(reinterpret_cast<const uint16_t*>(row) + d);
+  else if constexpr (F == DecFmt::kI8) return V::LoadI8(reinterpret_cast<const int8_t*>(row) + d);
+  else return V::LoadI4(reinterpret_cast<const uint8_t*>(row) + d / 2);
+}
+
+// (x + o_d) s_d rounded to the query dtype, the reference's element order (per-channel
+// parameters; chan holds [scale of D channels, offset of D channels]).
+template <Elem QE>
+__attribute__((always_inline)) inline typename V::T DecDequantChan(typename V::T x,
+                                                                  const float* chan, int64_t D,
+                                                                  int64_t d) {
+  x = V::Mul(V::Add(x, V::Load(chan + D + d)), V::Load(chan + d));
+  if constexpr (QE == Elem::kBF16) return V::RoundBF16(x);
+  else if constexpr (QE == Elem::kF16) return V::RoundF16(x);
+  else return x;
+}
+
+// ---- the per-tile state ---------------------------------------------------------------------
+
+// Where the keys of one tile live: head hk's K / V row of key n (bytes), the bytes from one KV
+// head to the next, and the antiquant coordinates of each row.
+struct DecTileRows {
+  const char* k[kTileKeys];
+  const char* v[kTileKeys];
+  int64_t kstep[kTileKeys], vstep[kTileKeys];
+  int64_t kc[2 * kTileKeys], vc[2 * kTileKeys];
+  int64_t jt0 = 0, nk = 0;
+};
+
+inline void DecResolveTile(const Problem& p, const WorkItem& w, int64_t t0, DecTileRows* t) {
+  t->jt0 = std::max(t0, w.j0);
+  t->nk = std::min(t0 + kTileKeys, w.j1) - t->jt0;
+  const void* base[kTileKeys];
+  int64_t off[kTileKeys];
+  uint8_t pre[kTileKeys];
+  const auto side = [&](const KvOperand& kv, const char** row, int64_t* step, int64_t* c) {
+    ResolveItemKeys(p, kv, kv, w, w.hk, t->jt0, t->nk, base, off, pre, c);
+    for (int64_t n = 0; n < t->nk; ++n) {
+      const Operand& o = pre[n] ? kv.prefix : kv.cache;
+      const DecFmt f = kv.dequant.kind == Dequant::Kind::kNone
+                           ? DecFloatFmt(o.elem)
+                           : o.elem == Elem::kI8 ? DecFmt::kI8 : DecFmt::kI4;
+      row[n] = static_cast<const char*>(base[n]) + DecBytes(f, off[n]);
+      step[n] = DecBytes(f, pre[n] ? o.sh : o.Sh(w.b));
+    }
+  };
+  side(p.k, t->k, t->kstep, t->kc);
+  side(p.v, t->v, t->vstep, t->vc);
+}
+
+// A prefetch stream into L2 over the rows of the next tile in token order (every head's row of a
+// token, then the next token), issued a few lines at each tick of the products (a burst of a
+// whole tile would hold every fill buffer): the lines of the next tile spread evenly over the
+// ticks the current one takes (counted on the tile before; the first tile guesses).
+struct DecPrefetch {
+  const DecTileRows* t = nullptr;
+  int64_t n = 0, x = 0, n_hk = 1;
+  int64_t kbytes = 0, vbytes = 0;
+  bool v = false;
+  const char* cur = nullptr;
+  const char* end = nullptr;
+  int64_t per_tick = 1;
+  int64_t ticks = 0, last_ticks = 0;  // ticks of the current and of the previous tile
+
+  void Start(const DecTileRows* tile, int64_t heads, int64_t kb, int64_t vb) {
+    t = tile;
+    n_hk = heads;
+    kbytes = kb;
+    vbytes = vb;
+    n = x = 0;
+    v = false;
+    if (ticks > 0) last_ticks = ticks;
+    ticks = 0;
+    const int64_t lines = tile == nullptr ? 0 : tile->nk * heads * ((kb + 63) / 64 + (vb + 63) / 64);
+    const int64_t expect = last_ticks > 0 ? last_ticks : 8 * heads;
+    per_tick = (lines + expect - 1) / expect;
+    Run();
+  }
+  // [cur, end): token n from head x on, of K then V (a token's heads in one run where they are
+  // contiguous).
+  void Run() {
+    cur = end = nullptr;
+    if (t == nullptr || n >= t->nk) return;
+    const char* row = v ? t->v[n] : t->k[n];
+    const int64_t step = v ? t->vstep[n] : t->kstep[n], bytes = v ? vbytes : kbytes;
+    cur = row + x * step;
+    const bool whole = step == bytes;
+    end = cur + (whole ? (n_hk - x) * bytes : bytes);
+    if (whole) x = n_hk - 1;
+  }
+  void Tick() {
+    ++ticks;
+    int64_t lines = per_tick;
+    while (lines > 0 && cur != nullptr) {
+      for (; lines > 0 && cur < end; --lines, cur += 64) __builtin_prefetch(cur, 0, 2);
+      if (cur >= end) {
+        if (++x == n_hk) {
+          x = 0;
+          if (v) {
+            v = false;
+            ++n;
+          } else {
+            v = true;
+          }
+        }
+        Run();
+      }
+    }
+  }
+};
+
+// The item's constants.
+struct DecItem {
+  const Problem* p;
+  const WorkItem* w;
+  DecSide ks, vs;
+  int64_t R, nh, D, Dv, ldv;
+  float scale;
+  Elem qe;
+  bool dot_qk = false, dot_pv = false;
+};
+
+// Per-key parameters of head h (per token, head or tensor; 1, 0 for a float side) of the tile.
+inline void DecKeyParams(const DecSide& s, const int64_t* c, int64_t nk, int64_t h, float* sc,
+                         float* of) {
+  if (!s.quant()) {
+    for (int64_t n = 0; n < nk; ++n) sc[n] = 1.f, of[n] = 0.f;
+    return;
+  }
+  const Dequant& dq = *s.dq;
+  for (int64_t n = 0; n < nk; ++n) {
+    const int64_t i = dq.Index(c[2 * n], h, c[2 * n + 1], 0);
+    sc[n] = dq.scale_elem == Elem::kF32 ? static_cast<const float*>(dq.scale)[i]
+                                        : cvt::Load(dq.scale, dq.scale_elem, i);
+    of[n] = !s.off ? 0.f
+            : dq.offset_elem == Elem::kF32 ? static_cast<const float*>(dq.offset)[i]
+                                           : cvt::Load(dq.offset, dq.offset_elem, i);
+  }
+}
+
+// Whether x[0, n) are all finite (x - x is 0 for a finite x, NaN otherwise).
+inline bool DecFinite(const float* x, int64_t n) {
+  constexpr int W = V::kW;
+  typename V::T acc = V::Zero();
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    const typename V::T v = V::Load(x + i);
+    acc = V::Add(acc, V::Sub(v, v));
+  }
+  float r = V::ReduceSum(acc);
+  for (; i < n; ++i) r += x[i] - x[i];
+  return r == 0.f;
+}
+
+// Per-channel parameters of head h: chan[0, D) scales, chan[D, 2D) offsets.
+inline void DecChanParams(const DecSide& s, int64_t D, int64_t h, float* chan) {
+  const Dequant& dq = *s.dq;
+  for (int64_t d = 0; d < D; ++d) {
+    const int64_t i = dq.Index(0, h, 0, d);
+    chan[d] = cvt::Load(dq.scale, dq.scale_elem, i);
+    chan[D + d] = s.off ? cvt::Load(dq.offset, dq.offset_elem, i) : 0.f;
+  }
+}
+
+// ---- fp32 products ----------------------------------------------------------------------------
+
+// Row blocks of the fp32 products: RB rows x KB keys of W-lane partial sums, KB * RB = W (one
+// V::ReduceRows per block).
+constexpr int kDecRB = V::kW >= 8 ? 4 : V::kW;
+
+// s[r * lds + n0 + k] = q_r . k_{n0 + k} for r < RB, k < W / RB: q rows fp32 at stride ldq, key
+// rows kr[k] of format F (per-channel dequantized when CHAN).
+template <DecFmt F, int RB, bool CHAN, Elem QE>
+__attribute__((always_inline)) inline void DecQkBlock(const float* q, int64_t ldq, int64_t D,
+                                                      const char* const* kr, const float* chan,
+                                                      float* s, int64_t lds) {
+  constexpr int W = V::kW, KB = W / RB;
+  typename V::T acc[W];
+  OPENFIA_UNROLL
+  for (int i = 0; i < W; ++i) acc[i] = V::Zero();
+  for (int64_t d = 0; d < D; d += W) {
+    typename V::T qv[RB];
+    OPENFIA_UNROLL
+    for (int r = 0; r < RB; ++r) qv[r] = V::Load(q + r * ldq + d);
+    OPENFIA_UNROLL
+    for (int k = 0; k < KB; ++k) {
+      typename V::T x = DecLoad<F>(kr[k], d);
+      if constexpr (CHAN) x = DecDequantChan<QE>(x, chan, D, d);
+      OPENFIA_UNROLL
+      for (int r = 0; r < RB; ++r) acc[k * RB + r] = V::Fma(qv[r], x, acc[k * RB + r]);
+    }
+  }
+  alignas(64) float t[W];
+  if constexpr (W == 1) {
+    t[0] = acc[0];
+  } else {
+    V::Store(t, SoftmaxReduceRows<V>(acc, [](auto a, auto b) { return V::Add(a, b); }));
+  }
+  OPENFIA_UNROLL
+  for (int k = 0; k < KB; ++k)
+    OPENFIA_UNROLL
+    for (int r = 0; r < RB; ++r) s[r * lds + k] = t[k * RB + r];
+}
+
+// S[r][n] = q_r . K_n for the R rows of head x (q fp32 [R][ldq], rows padded to a multiple of RB
+// with zeros) and the tile's keys n < nk (keys past nk read key 0 and are never used).
+template <DecFmt F, bool CHAN, Elem QE>
+inline void DecQkFma(const DecItem& it, const float* q, int64_t ldq, const DecTileRows& t,
+                     int64_t x, const float* chan, float* S, DecPrefetch& pf) {
+  constexpr int W = V::kW;
+  const int RB = it.R <= 1 ? 1 : it.R <= 2 && W >= 2 ? 2 : kDecRB;
+  const int64_t TNk = kTileKeys;
+  const char* kr[W];
+  for (int64_t n0 = 0; n0 < t.nk; n0 += W / RB) {
+    pf.Tick();
+    for (int k = 0; k < W / RB; ++k) {
+      const int64_t n = std::min(n0 + k, t.nk - 1);
+      kr[k] = t.k[n] + x * t.kstep[n];
+    }
+    for (int64_t r0 = 0; r0 < it.R; r0 += RB) {
+      float* s = S + r0 * TNk + n0;
+      const float* qr = q + r0 * ldq;
+      if constexpr (W >= 4) {
+        if (RB == 4) {
+          DecQkBlock<F, 4, CHAN, QE>(qr, ldq, it.D, kr, chan, s, TNk);
+          continue;
+        }
+      }
+      if constexpr (W >= 2) {
+        if (RB == 2) {
+          DecQkBlock<F, 2, CHAN, QE>(qr, ldq, it.D, kr, chan, s, TNk);
+          continue;
+        }
+      }
+      DecQkBlock<F, 1, CHAN, QE>(qr, ldq, it.D, kr, chan, s, TNk);
+    }
+  }
+}
+
+// acc[r][c] += sum_n P[r][n] v_n[c] for r < RB, channel vectors [c0, c0 + CB): P fp32 [R][ldp]
+// (already times the value's per-key scale), value rows vr of format F (per-channel dequantized
+// when CHAN), keys n < nk.
+template <DecFmt F, int RB, int CB, bool CHAN, Elem QE>
+__attribute__((always_inline)) inline void DecPvBlock(const float* P, int64_t ldp,
+                                                      const char* const* vr, int64_t nk,
+                                                      int64_t c0, const float* chan, int64_t Dv,
+                                                      float* acc, int64_t lda) {
+  constexpr int W = V::kW;
+  typename V::T a[RB][CB];
+  OPENFIA_UNROLL
+  for (int r = 0; r < RB; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < CB; ++c) a[r][c] = V::Load(acc + r * lda + c0 + c * W);
+  for (int64_t n = 0; n < nk; ++n) {
+    typename V::T xv[CB];
+    OPENFIA_UNROLL
+    for (int c = 0; c < CB; ++c) {
+      xv[c] = DecLoad<F>(vr[n], c0 + c * W);
+      if constexpr (CHAN) xv[c] = DecDequantChan<QE>(xv[c], chan, Dv, c0 + c * W);
+    }
+    OPENFIA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      const typename V::T pb = V::Set1(P[r * ldp + n]);
+      OPENFIA_UNROLL
+      for (int c = 0; c < CB; ++c) a[r][c] = V::Fma(pb, xv[c], a[r][c]);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < RB; ++r)
+    OPENFIA_UNROLL
+    for (int c = 0; c < CB; ++c) V::Store(acc + r * lda + c0 + c * W, a[r][c]);
+}
+
+template <DecFmt F, bool CHAN, Elem QE, int RB>
+inline void DecPvRows(const DecItem& it, const float* P, const char* const* vr, int64_t nk,
+                      const float* chan, float* acc, int64_t lda) {
+  constexpr int W = V::kW;
+  constexpr int CB = V::kW >= 8 ? 4 : 2;  // RB x CB accumulators: 16 (AVX-512) / 16 (AVX2: 8)
+  int64_t c0 = 0;
+  for (; c0 + CB * W <= it.Dv; c0 += CB * W)
+    DecPvBlock<F, RB, CB, CHAN, QE>(P, kTileKeys, vr, nk, c0, chan, it.Dv, acc, lda);
+  for (; c0 < it.Dv; c0 += W)
+    DecPvBlock<F, RB, 1, CHAN, QE>(P, kTileKeys, vr, nk, c0, chan, it.Dv, acc, lda);
+}
+
+// acc (the R rows of head x) += P V over the tile's keys; P fp32 [R][TN].
+template <DecFmt F, bool CHAN, Elem QE>
+inline void DecPvFma(const DecItem& it, const float* P, const DecTileRows& t, int64_t x,
+                     const float* chan, float* acc, int64_t lda, DecPrefetch& pf) {
+  constexpr int RB = V::kW >= 16 ? 4 : V::kW >= 8 ? 2 : 4;
+  const char* vr[kTileKeys];
+  for (int64_t n = 0; n < t.nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
+  int64_t r0 = 0;
+  for (; r0 + RB <= it.R; r0 += RB) {
+    pf.Tick();
+    DecPvRows<F, CHAN, QE, RB>(it, P + r0 * kTileKeys, vr, t.nk, chan, acc + r0 * lda, lda);
+  }
+  for (; r0 < it.R; ++r0) {
+    pf.Tick();
+    DecPvRows<F, CHAN, QE, 1>(it, P + r0 * kTileKeys, vr, t.nk, chan, acc + r0 * lda, lda);
+  }
+}
+
+// ---- the exact corners ------------------------------------------------------------------------
+
+// P[r][n] = round(exp(S[r][n] * scale - m[r])) with the exact exp (subnormals kept), times the
+// value's per-key scale vs[n]; 0 for a row without a visible key yet.
+inline void DecExactP(const DecItem& it, const float* S, const float* m, const float* vsc,
+                      int64_t nk, float* P) {
+  for (int64_t r = 0; r < it.R; ++r) {
+    for (int64_t n = 0; n < kTileKeys; ++n) {
+      float pr = 0.f;
+      if (n < nk && m[r] != -std::numeric_limits<float>::infinity()) {
+        alignas(64) float t[V::kW] = {};
+        t[0] = S[r * kTileKeys + n] * it.scale - m[r];
+        V::Store(t, V::Exp(V::Load(t)));
+        pr = cvt::RoundToElem(t[0], it.qe) * vsc[n];
+      }
+      P[r * kTileKeys + n] = pr;
+    }
+  }
+}
+
+// One tile of head x in the reference's element order: each K / V element dequantized as
+// (x + o) s rounded to the query dtype (LoadElem), fp32 products, the exact exp. For tiles whose
+// per-token parameters are not all finite.
+inline void DecodeExactTile(const DecItem& it, const float* q, int64_t ldq, const DecTileRows& t,
+                            int64_t x, float* S, float* P, float* aux, const RowStates& o) {
+  const Problem& p = *it.p;
+  const int64_t hk = it.w->hk + x;
+  const TileDq kdq = MakeTileDq(p.k, t.kc, hk, it.qe), vdq = MakeTileDq(p.v, t.vc, hk, it.qe);
+  // LoadElem reads element d of a row at element offset 0 from the row's own start.
+  const auto kelem = [&](int64_t n, int64_t d) {
+    return LoadElem(p.k.cache, kdq, n, false, t.k[n] + x * t.kstep[n], 0, d);
+  };
+  const auto velem = [&](int64_t n, int64_t d) {
+    return LoadElem(p.v.cache, vdq, n, false, t.v[n] + x * t.vstep[n], 0, d);
+  };
+  for (int64_t r = 0; r < it.R; ++r)
+    for (int64_t n = 0; n < kTileKeys; ++n) {
+      float acc = 0.f;
+      if (n < t.nk)
+        for (int64_t d = 0; d < it.D; ++d) acc += q[r * ldq + d] * kelem(n, d);
+      S[r * kTileKeys + n] = n < t.nk ? acc : -std::numeric_limits<float>::infinity();
+    }
+  SoftmaxStep st;
+  st.s = S;
+  st.lds = kTileKeys;
+  st.rows = it.R;
+  st.nk = t.nk;
+  st.npad = kTileKeys;
+  st.scale = it.scale;
+  st.store.kind = SoftmaxStore::Kind::kRounded;
+  st.store.pe = it.qe;
+  st.store.pf = P;
+  st.store.ldpf = kTileKeys;
+  st.exact = true;
+  st.m = o.m;
+  st.l = o.l;
+  st.acc = o.acc;
+  st.acc_stride = o.acc_stride;
+  st.ldv = it.ldv;
+  st.aux = aux;
+  RunSoftmaxStep(st);
+  for (int64_t r = 0; r < it.R; ++r) {
+    float* a = o.acc + r * o.acc_stride;
+    for (int64_t n = 0; n < t.nk; ++n) {
+      const float pn = P[r * kTileKeys + n];
+      for (int64_t d = 0; d < it.Dv; ++d) a[d] += pn * velem(n, d);
+    }
+  }
+}
+
+alignas(64) inline const uint16_t kDecZeroRow[kDecMaxD] = {};
+
+#if defined(OPENFIA_DECODE_DOT)
+#include "engine/kernels/avx512/decode_dot-inl.h"
+#endif
+
+// ---- the item ---------------------------------------------------------------------------------
+
+using DecQkFn = void (*)(const DecItem&, const float*, int64_t, const DecTileRows&, int64_t,
+                         const float*, float*, DecPrefetch&);
+using DecPvFn = void (*)(const DecItem&, const float*, const DecTileRows&, int64_t, const float*,
+                         float*, int64_t, DecPrefetch&);
+
+template <DecFmt F, bool CHAN>
+inline DecQkFn DecQkFor(Elem qe) {
+  switch (qe) {
+    case Elem::kBF16: return &DecQkFma<F, CHAN, Elem::kBF16>;
+    case Elem::kF16: return &DecQkFma<F, CHAN, Elem::kF16>;
+    default: return &DecQkFma<F, CHAN, Elem::kF32>;
+  }
+}
+template <DecFmt F, bool CHAN>
+inline DecPvFn DecPvFor(Elem qe) {
+  switch (qe) {
+    case Elem::kBF16: return &DecPvFma<F, CHAN, Elem::kBF16>;
+    case Elem::kF16: return &DecPvFma<F, CHAN, Elem::kF16>;
+    default: return &DecPvFma<F, CHAN, Elem::kF32>;
+  }
+}
+inline DecQkFn DecPickQk(const DecSide& s, Elem qe) {
+  switch (s.fmt) {
+    case DecFmt::kF32: return DecQkFor<DecFmt::kF32, false>(qe);
+    case DecFmt::kF16: return DecQkFor<DecFmt::kF16, false>(qe);
+    case DecFmt::kBF16: return DecQkFor<DecFmt::kBF16, false>(qe);
+    case DecFmt::kI8: return s.chan ? DecQkFor<DecFmt::kI8, true>(qe) : DecQkFor<DecFmt::kI8, false>(qe);
+    default: return s.chan ? DecQkFor<DecFmt::kI4, true>(qe) : DecQkFor<DecFmt::kI4, false>(qe);
+  }
+}
+inline DecPvFn DecPickPv(const DecSide& s, Elem qe) {
+  switch (s.fmt) {
+    case DecFmt::kF32: return DecPvFor<DecFmt::kF32, false>(qe);
+    case DecFmt::kF16: return DecPvFor<DecFmt::kF16, false>(qe);
+    case DecFmt::kBF16: return DecPvFor<DecFmt::kBF16, false>(qe);
+    case DecFmt::kI8: return s.chan ? DecPvFor<DecFmt::kI8, true>(qe) : DecPvFor<DecFmt::kI8, false>(qe);
+    default: return s.chan ? DecPvFor<DecFmt::kI4, true>(qe) : DecPvFor<DecFmt::kI4, false>(qe);
+  }
+}
+
+// Whether a probability of some row fell below the probability exp's floor in this tile: a live
+// score with scale s - m < -86.5 (its exact P is tiny but not 0).
+inline bool DecTinyP(const DecItem& it, const float* S, const float* m, int64_t nk) {
+  constexpr int W = V::kW;
+  const int64_t nv = nk / W * W;
+  for (int64_t r = 0; r < it.R; ++r) {
+    if (!std::isfinite(m[r])) continue;
+    const float* s = S + r * kTileKeys;
+    typename V::T vlo = V::Set1(std::numeric_limits<float>::infinity());
+    typename V::T vhi = V::Set1(-std::numeric_limits<float>::infinity());
+    for (int64_t n = 0; n < nv; n += W) {
+      const typename V::T x = V::Load(s + n);
+      vlo = V::Min(vlo, x);
+      vhi = V::Max(vhi, x);
+    }
+    float lo = V::ReduceMin(vlo), hi = V::ReduceMax(vhi);
+    for (int64_t n = nv; n < nk; ++n) {
+      lo = std::min(lo, s[n]);
+      hi = std::max(hi, s[n]);
+    }
+    const float worst = it.scale >= 0.f ? lo * it.scale : hi * it.scale;
+    if (worst - m[r] < -86.5f) return true;
+  }
+  return false;
+}
+
+// Whether every query value of the item is a normal bf16 number or zero (VDPBF16PS reads a
+// subnormal as zero; an infinite or NaN query takes the fp32 products, as in the reference).
+inline bool DecQueryDotOk(const float* qf, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(qf[i]);
+    if (!(a == 0.f || (a >= std::numeric_limits<float>::min() && a <= std::numeric_limits<float>::max())))
+      return false;
+  }
+  return true;
+}
+
+// Runs item w (DecodeProblemWhy / DecodeItemWhy accepted it).
+inline void DecodeRunItem(const Problem& p, const WorkItem& w, TileScratch& sc,
+                          const RowStates& out) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  DecItem it;
+  it.p = &p;
+  it.w = &w;
+  DecSideOf(p.k, p.q.elem, &it.ks);
+  DecSideOf(p.v, p.q.elem, &it.vs);
+  it.R = w.head_rows();
+  it.nh = w.n_hk;
+  it.D = p.d_qk;
+  it.Dv = p.d_v;
+  it.ldv = sc.dv_pad;
+  it.scale = static_cast<float>(p.scale);
+  it.qe = p.q.elem;
+#if defined(OPENFIA_DECODE_DOT)
+  it.dot_qk = it.qe == Elem::kBF16 && Bf16DotTiles();
+  it.dot_pv = it.dot_qk && it.vs.fmt == DecFmt::kBF16;
+#endif
+  const int64_t R = it.R, nh = it.nh, D = it.D, TNk = kTileKeys;
+  const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), Rp = DecRowsPad(R);
+  ResetRowStates(out, w.rows(), it.ldv);
+
+  // Scratch (DecScratchFloats).
+  float* S = sc.kt;                      // [R][TN] scores of one head
+  float* P = S + R * TNk;                // [R][TN] P (fp32, or bf16 pairs for the dot P V)
+  float* kpar = P + R * TNk;             // [4][TN]: K scale, K offset, V scale, V offset
+  float* kstage = kpar + 4 * TNk;        // [TN][D / 2] words: K rows staged as bf16 (dot)
+  float* kchan = kstage + TNk * D / 2;   // [2][D]
+  float* vchan = kchan + 2 * D;          // [2][Dv]
+  float* aux = vchan + 2 * it.Dv;        // [nh * R]: value-offset sums of the rows
+  float* qsum = aux + nh * R;            // [nh * R]: query sums (per-key K offsets)
+  float* ksc = kpar, *kof = kpar + TNk, *vsc = kpar + 2 * TNk, *vof = kpar + 3 * TNk;
+  for (int64_t i = 0; i < nh * R; ++i) aux[i] = 0.f;
+
+  // Query rows as fp32 [nh][Rp][D] (rows past R zero), and their sums.
+  float* qf = sc.q;
+  for (int64_t x = 0; x < nh; ++x)
+    for (int64_t r = 0; r < Rp; ++r) {
+      float* dst = qf + (x * Rp + r) * D;
+      if (r >= R) {
+        std::fill(dst, dst + D, 0.f);
+        continue;
+      }
+      const int64_t h = (w.hk + x) * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
+      LoadRowF32(p.q, p.q.Base(b), p.q.Offset(b, h, row, 0), D, dst);
+      float sum = 0.f;
+      for (int64_t d = 0; d < D; ++d) sum += dst[d];
+      qsum[x * R + r] = sum;
+    }
+#if defined(OPENFIA_DECODE_DOT)
+  uint32_t* qdot = sc.qp;
+  it.dot_qk = it.dot_qk && DecQueryDotOk(qf, nh * Rp * D);
+  it.dot_pv = it.dot_pv && it.dot_qk;
+  if (it.dot_qk)
+    for (int64_t x = 0; x < nh; ++x) DotPackQuery(qf + x * Rp * D, R, D, qdot + x * Rp * D / 2);
+#endif
+  const DecQkFn qk = DecPickQk(it.ks, it.qe);
+  const DecPvFn pv = DecPickPv(it.vs, it.qe);
+  const bool k_tok = it.ks.quant() && !it.ks.chan, v_tok = it.vs.quant() && !it.vs.chan;
+
+  DecTileRows tiles[2];
+  DecPrefetch pf;
+  const int64_t kbytes = DecBytes(it.ks.fmt, D), vbytes = DecBytes(it.vs.fmt, it.Dv);
+  const int64_t tile0 = w.j0 / TNk * TNk;
+  if (w.j0 < w.j1) DecResolveTile(p, w, tile0, &tiles[0]);
+  int cur = 0;
+  for (int64_t t0 = tile0; t0 < w.j1; t0 += TNk, cur ^= 1) {
+    const DecTileRows& t = tiles[cur];
+    if (t0 + TNk < w.j1) {
+      DecResolveTile(p, w, t0 + TNk, &tiles[cur ^ 1]);
+      pf.Start(&tiles[cur ^ 1], nh, kbytes, vbytes);
+    } else {
+      pf.Start(nullptr, nh, kbytes, vbytes);
+    }
+    const int64_t nk = t.nk, npad = (nk + V::kW - 1) / V::kW * V::kW;
+    for (int64_t x = 0; x < nh; ++x) {
+      const int64_t hk = w.hk + x;
+      const float* q = qf + x * Rp * D;
+      const RowStates o{out.m + x * R, out.l + x * R, out.acc + x * R * out.acc_stride,
+                        out.acc_stride};
+      float* ax = aux + x * R;
+      // Per-key parameters (per token, head or tensor): a tile with one that is not finite runs
+      // the reference's element order.
+      bool finite = true;
+      if (k_tok) {
+        DecKeyParams(it.ks, t.kc, nk, hk, ksc, kof);
+        finite = DecFinite(ksc, nk) && DecFinite(kof, nk);
+      }
+      if (v_tok) {
+        DecKeyParams(it.vs, t.vc, nk, hk, vsc, vof);
+        finite = finite && DecFinite(vsc, nk) && DecFinite(vof, nk);
+      }
+      if (!finite) {
+        if (!k_tok) DecKeyParams(it.ks, t.kc, nk, hk, ksc, kof);
+        if (!v_tok) DecKeyParams(it.vs, t.vc, nk, hk, vsc, vof);
+        DecodeExactTile(it, q, D, t, x, S, P, ax, o);
+        continue;
+      }
+      if (it.ks.chan) DecChanParams(it.ks, D, hk, kchan);
+      if (it.vs.chan) DecChanParams(it.vs, it.Dv, hk, vchan);
+
+      // S = Q K^T.
+#if defined(OPENFIA_DECODE_DOT)
+      if (it.dot_qk) {
+        const char* kr[kTileKeys];
+        if (it.ks.quant()) {
+          DotStageKeys(it, t, x, kchan, reinterpret_cast<uint16_t*>(kstage), kr);
+        } else {
+          for (int64_t n = 0; n < nk; ++n) kr[n] = t.k[n] + x * t.kstep[n];
+        }
+        DotQk(it, qdot + x * Rp * D / 2, kr, nk, S, pf);
+      } else {
+        qk(it, q, D, t, x, kchan, S, pf);
+      }
+#else
+      qk(it, q, D, t, x, kchan, S, pf);
+#endif
+      if (k_tok) {  // s (q.x + o sum(q)) per key
+        for (int64_t r = 0; r < R; ++r) {
+          float* sr = S + r * TNk;
+          const float qs = qsum[x * R + r];
+          for (int64_t n = 0; n < nk; ++n) sr[n] = (sr[n] + kof[n] * qs) * ksc[n];
+        }
+      }
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t n = nk; n < npad; ++n) S[r * TNk + n] = kNegInf;
+
+      // P, the rows' m, l, accumulators and value-offset sums.
+      SoftmaxStep st;
+      st.s = S;
+      st.lds = TNk;
+      st.rows = R;
+      st.nk = nk;
+      st.npad = npad;
+      st.scale = it.scale;
+      st.store.pe = it.qe;
+      if (it.dot_pv) {
+        st.store.kind = SoftmaxStore::Kind::kBf16;
+        st.store.p = reinterpret_cast<uint16_t*>(P);
+        st.store.ldp = TNk;
+      } else {
+        st.store.kind = SoftmaxStore::Kind::kRounded;
+        st.store.pf = P;
+        st.store.ldpf = TNk;
+      }
+      st.m = o.m;
+      st.l = o.l;
+      st.acc = o.acc;
+      st.acc_stride = o.acc_stride;
+      st.ldv = it.ldv;
+      st.aux = v_tok && it.vs.off ? ax : nullptr;
+      RunSoftmaxStep(st);
+
+      // acc += P V.
+      if (!it.vs.quant() && DecTinyP(it, S, o.m, nk)) {
+        DecKeyParams(it.vs, t.vc, nk, hk, vsc, vof);
+        DecExactP(it, S, o.m, vsc, nk, P);
+#if defined(OPENFIA_DECODE_DOT)
+        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, it.Dv, false);
+#endif
+        pv(it, P, t, x, vchan, o.acc, o.acc_stride, pf);
+#if defined(OPENFIA_DECODE_DOT)
+        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, it.Dv, true);
+#endif
+        continue;
+      }
+#if defined(OPENFIA_DECODE_DOT)
+      if (it.dot_pv) {
+        DotPv(it, reinterpret_cast<const uint16_t*>(P), t, x, o.acc, o.acc_stride, pf);
+        continue;
+      }
+#endif
+      if (v_tok) {  // P' = P s per key; the offsets' sum sum_n P' o per row
+        for (int64_t r = 0; r < R; ++r) {
+          float* pr = P + r * TNk;
+          float sum = 0.f;
+          for (int64_t n = 0; n < nk; ++n) {
+            pr[n] *= vsc[n];
+            sum += pr[n] * vof[n];
+          }
+          if (it.vs.off) ax[r] += sum;
+        }
+      }
+      pv(it, P, t, x, vchan, o.acc, o.acc_stride, pf);
+    }
+  }
+#if defined(OPENFIA_DECODE_DOT)
+  if (it.dot_pv) DotPermuteRows(out.acc, w.rows(), out.acc_stride, it.Dv, false);
+#endif
+  if (v_tok && it.vs.off) {  // every channel of a row gets its value-offset sum
+    for (int64_t i = 0; i < nh * R; ++i) {
+      float* a = out.acc + i * out.acc_stride;
+      for (int64_t d = 0; d < it.Dv; ++d) a[d] += aux[i];
+    }
+  }
+}
