@@ -772,23 +772,26 @@ TEST(Engine, Bf16DotTiles) {
 // A dot item must not flush a subnormal query element: against a key channel of -inf it gives
 // a score of -inf (that key is invisible), where VDPBF16PS, reading it as 0, would give
 // 0 x -inf = NaN. Such items keep the fp32 FMA path (DotItemOk); the reference's finite rows
-// must come out (NaN otherwise).
+// must come out (NaN otherwise). One query per head: the decode kernels' items.
 TEST(Engine, SubnormalQueryMeetsInfiniteKey) {
-  CaseSpec s;
-  s.h_q = 4;
-  s.h_kv = 1;
-  s.d_qk = s.d_v = 32;
-  s.q_len = {20};
-  s.kv_len = {100};
-  s.oe = Elem::kF32;
-  RunCase(s, [](Case& c) {
-    Problem& p = c.problem();
-    uint16_t* q = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.q.data));
-    uint16_t* k = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.k.cache.data));
-    for (int64_t h = 0; h < p.h_q; ++h)
-      for (int64_t i = 0; i < p.q_len[0]; ++i) q[p.q.Offset(0, h, p.q_begin[0] + i, 5)] = 0x0001;
-    k[p.k.cache.Offset(0, 0, 37, 5)] = 0xFF80;  // -inf
-  });
+  for (int64_t nq : {20, 1}) {
+    CaseSpec s;
+    s.h_q = 4;
+    s.h_kv = 1;
+    s.d_qk = s.d_v = 32;
+    s.q_len = {nq};
+    s.kv_len = {100};
+    s.oe = Elem::kF32;
+    RunCase(s, [](Case& c) {
+      Problem& p = c.problem();
+      uint16_t* q = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.q.data));
+      uint16_t* k = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.k.cache.data));
+      for (int64_t h = 0; h < p.h_q; ++h)
+        for (int64_t i = 0; i < p.q_len[0]; ++i)
+          q[p.q.Offset(0, h, p.q_begin[0] + i, 5)] = 0x0001;
+      k[p.k.cache.Offset(0, 0, 37, 5)] = 0xFF80;  // -inf
+    });
+  }
 }
 
 TEST(Engine, LargeScoresStayFinite) {

@@ -53,7 +53,7 @@ const char* DecodeSupports(const Problem& p, const WorkItem* w) {
   return w == nullptr ? DecodeProblemWhy(p) : DecodeItemWhy(p, *w);
 }
 void DecodeRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
-  DecodeRunItem(p, w, TileOf(scratch), out);
+  DecodeRunItem(p, w, scratch, out);
 }
 
 const char* FullQuantKernelSupports(const Problem& p, const WorkItem*) {
@@ -66,8 +66,8 @@ void FullQuantKernelRun(const Problem& p, const WorkItem& w, void* scratch,
 
 const Kernel kTile = {"tile_avx2", Isa::kAvx2, &TileSupports, &TileScratchSize,
                       &PrepareTileScratch, &TileRun};
-const Kernel kDecode = {"decode_avx2", Isa::kAvx2, &DecodeSupports, &TileScratchSize,
-                        &PrepareTileScratch, &DecodeRun};
+const Kernel kDecode = {"decode_avx2", Isa::kAvx2, &DecodeSupports, &DecodeScratchSize,
+                        nullptr, &DecodeRun};
 const Kernel kFullQuant = {"fullquant_avx2", Isa::kAvx2, &FullQuantKernelSupports,
                            &TileScratchSize, &PrepareTileScratch, &FullQuantKernelRun};
 const VectorOps kOps = {"avx2", &ExpArray, &ExpPArray, &ScaleRow, &Axpy};

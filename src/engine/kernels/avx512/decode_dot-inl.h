@@ -18,13 +18,17 @@ __attribute__((always_inline)) inline __m512bh DotBh(__m512i x) {
   return reinterpret_cast<__m512bh>(x);
 }
 
-// The bf16 query rows of one head (fp32 rows qf [R padded][D] holding bf16 values) as the score
-// products read them: R <= 2, rows of D / 2 pairs; else groups of 4 rows, each D / 8 vectors of
-// 16 words, word 4 r + j = channels (8 c + 2 j, 8 c + 2 j + 1) of row r.
-inline void DotPackQuery(const float* qf, int64_t R, int64_t D, uint32_t* qp) {
-  const auto pair = [](float lo, float hi) {
-    return static_cast<uint32_t>(cvt::F32ToBF16(lo)) |
-           (static_cast<uint32_t>(cvt::F32ToBF16(hi)) << 16);
+// The bf16 query rows of one head (fp32 rows qf [R padded][D]) as the score products read them:
+// R <= 2, rows of D / 2 pairs; else groups of 4 rows, each D / 8 vectors of 16 words, word 4 r + j
+// = channels (8 c + 2 j, 8 c + 2 j + 1) of row r. residual: the rounding residuals
+// bf16(q - bf16(q)) instead, so that hi + lo carries a fp32 query to 16 bits.
+inline void DotPackQuery(const float* qf, int64_t R, int64_t D, uint32_t* qp, bool residual) {
+  const auto word = [residual](float v) {
+    const uint16_t hi = cvt::F32ToBF16(v);
+    return residual ? cvt::F32ToBF16(v - cvt::BF16ToF32(hi)) : hi;
+  };
+  const auto pair = [&](float lo, float hi) {
+    return static_cast<uint32_t>(word(lo)) | (static_cast<uint32_t>(word(hi)) << 16);
   };
   if (R <= 2) {
     for (int64_t r = 0; r < R; ++r)
@@ -41,33 +45,125 @@ inline void DotPackQuery(const float* qf, int64_t R, int64_t D, uint32_t* qp) {
       }
 }
 
-// The int8 / int4 keys of head x as bf16 rows stage[n * D]: the integers (exact; their per-key
-// parameters come after the products) or, per channel, (x + o_d) s_d rounded to bf16 as the
-// reference rounds them.
-inline void DotStageKeys(const DecItem& it, const DecTileRows& t, int64_t x, const float* chan,
-                         uint16_t* stage, const char** kr) {
-  const int64_t D = it.D;
-  for (int64_t n = 0; n < t.nk; ++n) {
-    const char* row = t.k[n] + x * t.kstep[n];
-    uint16_t* dst = stage + n * D;
-    for (int64_t d = 0; d < D; d += 16) {
-      __m512 v = it.ks.fmt == DecFmt::kI8 ? DecLoad<DecFmt::kI8>(row, d)
-                                          : DecLoad<DecFmt::kI4>(row, d);
-      if (it.ks.chan) v = DecDequantChan<Elem::kF32>(v, chan, D, d);
-      V::StoreBF16(dst + d, v);
+// bf16 rows stage[n * ld] of the int8 / int4 rows rows[n] + x * step[n], n < nk: the integers,
+// int4 plus kDecI4Bias (0x4300 | (nibble ^ 8) is the bf16 of 128 + (x + 8) for the two's
+// complement nibble x: no conversion).
+inline void DotStageRows(DecFmt f, const char* const* rows, const int64_t* step, int64_t x,
+                         int64_t nk, int64_t D, uint16_t* stage, int64_t ld) {
+  const __m512i lo4 = _mm512_set1_epi32(0x000F000F), enc = _mm512_set1_epi32(0x43084308);
+  for (int64_t n = 0; n < nk; ++n) {
+    const char* src = rows[n] + x * step[n];
+    uint16_t* dst = stage + n * ld;
+    int64_t d = 0;
+    if (f == DecFmt::kI4) {
+      for (; d + 32 <= D; d += 32) {
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d / 2)));
+        const __m512i t = _mm512_and_si512(_mm512_or_si512(b, _mm512_slli_epi32(b, 12)), lo4);
+        _mm512_storeu_si512(dst + d, _mm512_xor_si512(t, enc));
+      }
+      if (d < D) {  // a last 16 channels
+        const __m512 x0 = _mm512_add_ps(DecLoad<DecFmt::kI4>(src, d), _mm512_set1_ps(kDecI4Bias));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d),
+                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x0)));
+      }
+    } else {
+      for (; d + 32 <= D; d += 32) {
+        const __m512 x0 = DecLoad<DecFmt::kI8>(src, d), x1 = DecLoad<DecFmt::kI8>(src, d + 16);
+        _mm512_storeu_si512(dst + d, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(x1, x0)));
+      }
+      if (d < D)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d),
+                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(DecLoad<DecFmt::kI8>(src, d))));
     }
-    kr[n] = reinterpret_cast<const char*>(dst);
   }
 }
 
-// S[r][n] = q_r . K_n for the R rows of a head and keys n < nk (bf16 key rows kr).
-inline void DotQk(const DecItem& it, const uint32_t* qp, const char* const* kr, int64_t nk,
-                  float* S, DecPrefetch& pf) {
+// Whether every query value qf[0, n) (n a multiple of 16) is zero or a normal float that stays
+// finite in bf16: VDPBF16PS reads a subnormal bf16 as zero, and an infinite or NaN query takes
+// the fp32 products, as the reference computes. On the magnitudes' bits: 0, or from FLT_MIN up
+// to the last value that rounds to bf16's largest finite.
+inline bool DotQueryOk(const float* qf, int64_t n) {
+  const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF), lo = _mm512_set1_epi32(0x00800000);
+  const __m512i span = _mm512_set1_epi32(0x7F7F8000 - 0x00800000);
+  __mmask16 bad = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512i a = _mm512_and_si512(_mm512_loadu_si512(qf + i), abs);
+    const __mmask16 normal = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(a, lo), span);
+    bad |= static_cast<__mmask16>(~normal & _mm512_test_epi32_mask(a, a));
+  }
+  return bad == 0;
+}
+
+// sum_n p[n] for n < npad (bf16, a multiple of 16).
+inline float DotSumBf16(const uint16_t* p, int64_t npad) {
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t n = 0; n < npad; n += 16)
+    sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                 _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                     reinterpret_cast<const __m256i*>(p + n))), 16)));
+  return _mm512_reduce_add_ps(sum);
+}
+
+// P'[n] = bf16(P[n] s[n]) for n < npad (P fp32, already rounded to bf16; s 0 past the live
+// keys); returns sum_n P'[n] (o[n] - bias), the value offsets' and staged bias's part of the row.
+inline float DotScaleP(const float* P, const float* s, const float* o, float bias, int64_t npad,
+                       uint16_t* out) {
+  __m512 sum = _mm512_setzero_ps();
+  const __m512 vb = _mm512_set1_ps(bias);
+  for (int64_t n = 0; n < npad; n += 16) {
+    const __m256bh pb = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(P + n), _mm512_loadu_ps(s + n)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + n), reinterpret_cast<__m256i>(pb));
+    const __m512 pf = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(pb)), 16));
+    sum = _mm512_fmadd_ps(pf, _mm512_sub_ps(_mm512_loadu_ps(o + n), vb), sum);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+// Four keys k4 against a group of 4 packed query rows q (and with kLo their residuals ql): the
+// query's D / 8 vectors against each key's 8-channel broadcasts (one key row pointer per key
+// live), two accumulators per key for the VDPBF16PS latency. Returns block r = row r's scores of
+// the 4 keys.
+template <bool kLo>
+__attribute__((always_inline)) inline __m512 DotQk4(const uint32_t* q, const uint32_t* ql,
+                                                    const char* const* k4, int64_t D) {
+  __m512 a[4][2];
+  OPENFIA_UNROLL
+  for (int k = 0; k < 4; ++k) a[k][0] = a[k][1] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < D / 8; c += 2) {  // D is a multiple of 16
+    OPENFIA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const __m512bh qv = DotBh(_mm512_loadu_si512(q + (c + h) * 16));
+      __m512bh qw = qv;
+      if constexpr (kLo) qw = DotBh(_mm512_loadu_si512(ql + (c + h) * 16));
+      OPENFIA_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const __m512bh kb = DotBh(_mm512_broadcast_i32x4(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(k4[k] + 16 * (c + h)))));
+        a[k][h] = _mm512_dpbf16_ps(a[k][h], kb, qv);
+        if constexpr (kLo) a[k][h] = _mm512_dpbf16_ps(a[k][h], kb, qw);
+      }
+    }
+  }
+  // a[k] lane 4 r + j: row r's partial sum over pair lane j.
+  const __m512 x0 = _mm512_add_ps(a[0][0], a[0][1]), x1 = _mm512_add_ps(a[1][0], a[1][1]);
+  const __m512 x2 = _mm512_add_ps(a[2][0], a[2][1]), x3 = _mm512_add_ps(a[3][0], a[3][1]);
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_ps(x0, x1, 0x88), _mm512_shuffle_ps(x0, x1, 0xDD));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_ps(x2, x3, 0x88), _mm512_shuffle_ps(x2, x3, 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x88), _mm512_shuffle_ps(ab, cd, 0xDD));
+}
+
+// S[r][n] = q_r . K_n for the R rows of a head and keys n < nk (bf16 key rows kr): packed query
+// qp, and with kLo its residual pack ql (each loaded key against both).
+template <bool kLo>
+inline void DotQkRows(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
+                      const char* const* kr, int64_t nk, float* S, DecPrefetch& pf) {
   const int64_t D = it.D, R = it.R, TNk = kTileKeys;
   const char* k16[16];
   if (R <= 2) {
     for (int64_t r = 0; r < R; ++r) {
       const uint32_t* q = qp + r * D / 2;
+      const uint32_t* qq = kLo ? ql + r * D / 2 : nullptr;
       for (int64_t n0 = 0; n0 < nk; n0 += 16) {
         pf.Tick();
         for (int k = 0; k < 16; ++k) k16[k] = kr[std::min<int64_t>(n0 + k, nk - 1)];
@@ -78,10 +174,14 @@ inline void DotQk(const DecItem& it, const uint32_t* qp, const char* const* kr, 
           // D is a multiple of 16: a last half chunk reads 16 channels (zero pairs past them).
           const __mmask32 m = d + 32 <= D ? 0xFFFFFFFFu : 0xFFFFu;
           const __m512bh qv = DotBh(_mm512_maskz_loadu_epi16(m, q + d / 2));
+          __m512bh qw = qv;
+          if constexpr (kLo) qw = DotBh(_mm512_maskz_loadu_epi16(m, qq + d / 2));
           OPENFIA_UNROLL
-          for (int k = 0; k < 16; ++k)
-            acc[k] = _mm512_dpbf16_ps(acc[k], DotBh(_mm512_maskz_loadu_epi16(m, k16[k] + 2 * d)),
-                                      qv);
+          for (int k = 0; k < 16; ++k) {
+            const __m512bh kv = DotBh(_mm512_maskz_loadu_epi16(m, k16[k] + 2 * d));
+            acc[k] = _mm512_dpbf16_ps(acc[k], kv, qv);
+            if constexpr (kLo) acc[k] = _mm512_dpbf16_ps(acc[k], kv, qw);
+          }
         }
         _mm512_storeu_ps(S + r * TNk + n0,
                          V::ReduceRows(acc, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); }));
@@ -91,31 +191,17 @@ inline void DotQk(const DecItem& it, const uint32_t* qp, const char* const* kr, 
   }
   for (int64_t g = 0; 4 * g < R; ++g) {
     const uint32_t* q = qp + g * 2 * D;
+    const uint32_t* qq = kLo ? ql + g * 2 * D : nullptr;
     const int64_t rows = std::min<int64_t>(4, R - 4 * g);
     for (int64_t n0 = 0; n0 < nk; n0 += 16) {
       pf.Tick();
-      for (int k = 0; k < 16; ++k) k16[k] = kr[std::min<int64_t>(n0 + k, nk - 1)];
-      __m512 acc[16];
-      OPENFIA_UNROLL
-      for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_ps();
-      for (int64_t c = 0; c < D / 8; ++c) {
-        const __m512bh qv = DotBh(_mm512_loadu_si512(q + c * 16));
-        OPENFIA_UNROLL
-        for (int k = 0; k < 16; ++k) {
-          const __m512i kb = _mm512_broadcast_i32x4(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(k16[k] + 16 * c)));
-          acc[k] = _mm512_dpbf16_ps(acc[k], DotBh(kb), qv);
-        }
-      }
-      // acc[k] lane 4 r + j: row r's partial sum over pair lane j. out[i], block r: row r's
-      // scores of keys 4 i .. 4 i + 3.
+      // out[i], block r: row r's scores of keys n0 + 4 i .. n0 + 4 i + 3.
       __m512 out[4];
       OPENFIA_UNROLL
       for (int i = 0; i < 4; ++i) {
-        const __m512 a = acc[4 * i], b = acc[4 * i + 1], c = acc[4 * i + 2], d = acc[4 * i + 3];
-        const __m512 ab = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
-        const __m512 cd = _mm512_add_ps(_mm512_shuffle_ps(c, d, 0x88), _mm512_shuffle_ps(c, d, 0xDD));
-        out[i] = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x88), _mm512_shuffle_ps(ab, cd, 0xDD));
+        const char* k4[4];
+        for (int k = 0; k < 4; ++k) k4[k] = kr[std::min<int64_t>(n0 + 4 * i + k, nk - 1)];
+        out[i] = DotQk4<kLo>(q, qq, k4, D);
       }
       const __m512 t0 = _mm512_shuffle_f32x4(out[0], out[1], 0x44);
       const __m512 t1 = _mm512_shuffle_f32x4(out[0], out[1], 0xEE);
@@ -126,6 +212,12 @@ inline void DotQk(const DecItem& it, const uint32_t* qp, const char* const* kr, 
       for (int64_t r = 0; r < rows; ++r) _mm512_storeu_ps(S + (4 * g + r) * TNk + n0, row[r]);
     }
   }
+}
+
+inline void DotQk(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
+                  const char* const* kr, int64_t nk, float* S, DecPrefetch& pf) {
+  if (ql != nullptr) DotQkRows<true>(it, qp, ql, kr, nk, S, pf);
+  else DotQkRows<false>(it, qp, nullptr, kr, nk, S, pf);
 }
 
 // P V keeps each 32 channels [c, c + 32) of an accumulator row as [16 lanes lo | 16 lanes hi]
@@ -213,14 +305,10 @@ inline void DotPvRows(const uint16_t* P, int64_t r0, const char* const* vr, int6
   if (c0 < Dv) DotPvBlock<RB, 16>(P, r0, vr, nk, c0, acc, lda);
 }
 
-// acc (the R rows of head x, in the P V order) += P V over the tile's keys; P bf16 [R][TN] (0
-// past nk).
-inline void DotPv(const DecItem& it, const uint16_t* P, const DecTileRows& t, int64_t x,
+// acc (the R rows of a head, in the P V order) += P V over keys [0, nk); P bf16 [R][TN] (0 past
+// nk), bf16 value rows vr[0, nk] (vr[nk]: a zero row).
+inline void DotPv(const DecItem& it, const uint16_t* P, const char* const* vr, int64_t nk,
                   float* acc, int64_t lda, DecPrefetch& pf) {
-  const char* vr[kTileKeys + 1];
-  const int64_t nk = t.nk;
-  for (int64_t n = 0; n < nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
-  vr[nk] = reinterpret_cast<const char*>(kDecZeroRow);
   int64_t r0 = 0;
   for (; r0 + 8 <= it.R; r0 += 8) DotPvRows<8>(P, r0, vr, nk, it.Dv, acc, lda, pf);
   switch (it.R - r0) {

@@ -62,13 +62,13 @@ const char* DecodeSupports(const Problem& p, const WorkItem* w) {
   return w == nullptr ? DecodeProblemWhy(p) : DecodeItemWhy(p, *w);
 }
 void DecodeRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
-  DecodeRunItem(p, w, TileOf(scratch), out);
+  DecodeRunItem(p, w, scratch, out);
 }
 
 const Kernel kTile = {"tile_avx512bf16", Isa::kAvx512Bf16, &TileSupports, &TileScratchSize,
                       &PrepareTileScratch, &TileRun};
-const Kernel kDecode = {"decode_avx512bf16", Isa::kAvx512Bf16, &DecodeSupports, &TileScratchSize,
-                        &PrepareTileScratch, &DecodeRun};
+const Kernel kDecode = {"decode_avx512bf16", Isa::kAvx512Bf16, &DecodeSupports, &DecodeScratchSize,
+                        nullptr, &DecodeRun};
 const VectorOps kOps = {"avx512bf16", &ExpArray, &ExpPArray, &ScaleRow, &Axpy};
 
 }  // namespace openfia::internal::avx512bf16_target

@@ -2,34 +2,36 @@
 // query rows per KV head (a GQA group at one or a few queries) over long key ranges, where every
 // key / value byte serves only those rows. Included (no include guard) inside a target's namespace
 // after attend-inl.h (V, the resolver, LoadElem, RunSoftmaxStep); kernels_avx512bf16.cc defines
-// OPENFIA_DECODE_DOT first and includes avx512/decode_dot-inl.h for the VDPBF16PS products.
+// OPENFIA_DECODE_DOT first, which brings in avx512/decode_dot-inl.h for the VDPBF16PS products.
 //
 // Per tile of kTileKeys keys and per KV head of the item, with R rows:
 //   S = Q K^T   VDPBF16PS on bf16 queries where Bf16DotTiles (decode_dot-inl.h), else fp32 FMAs
-//               on K rows widened in registers, R rows at a time sharing each loaded K vector;
+//               on K rows widened in registers, the rows sharing each loaded K vector;
 //   softmax     the shared update (softmax-inl.h) on the row-major scores, P rounded to the
-//               query dtype, into its own buffer so the scores stay;
-//   acc += P V  VDPBF16PS on bf16 value pairs (where Q K^T used it and V is bf16), else fp32
-//               FMAs, R rows at a time sharing each loaded V vector.
-// int8 / int4 K and V: the integers are exact in bf16 and fp32, so the elements go to the
-// products with one exact conversion and the antiquant scales come out of the sums:
-//   per token, head or tensor  s (q.x + o sum(q)) for a key: q.x from the integers, then one
-//                              fused step per score; a value's scale multiplies its P
-//                              (P' = P s in fp32) and its offset adds sum P' o to every
-//                              channel (one per-row sum, rescaled with the row);
-//   per channel                (x + o_d) s_d rounded to the query dtype per element, as the
-//                              reference computes it (a channel's parameters do not factor out).
-// The factored forms round differently from the reference (which rounds each dequantized element
-// to the query dtype): at least as accurate, and inside the same tolerances.
+//               query dtype into its own buffer (the scores stay);
+//   acc += P V  VDPBF16PS on bf16 value pairs where Q K^T used it, else fp32 FMAs, the rows
+//               sharing each loaded V vector.
+// int8 / int4 K and V: the integers are exact in bf16 and fp32, so they go to the products with
+// one exact conversion (int4 with none on the VDPBF16PS path: 0x4300 | nibble is a bf16 number)
+// and every antiquant parameter comes out of the sums:
+//   per token, head or tensor (s, o of a key)   score = s (q.x + o sum(q)); a value's P' = P s
+//                                               and sum(P' o) joins every channel of the row;
+//   per channel (s_d, o_d of a head)            score = q'.x + sum(q' o) with q' = q s (fp32;
+//                                               VDPBF16PS takes q' as two bf16 terms); a value
+//                                               channel is s_d (sum(P x_d) + o_d sum(P)) at the
+//                                               item's end.
+// The reference rounds each dequantized element (x + o) s to the query dtype first; the factored
+// forms are at least as accurate (the tests allow the reference's rounding, not more).
 //
 // Exact corners, tile by tile and head by head: a tile whose per-token parameters are not all
-// finite runs the reference's element order (DecodeExactTile); a tile whose probabilities fell
-// below the probability exp's floor (exp(-86.5)) next to a float V recomputes them with the exact
-// exp and multiplies in fp32 (a tiny P times an infinite value is infinite, not 0 x inf = NaN).
+// finite runs the reference's element order (DecodeExactTile), and so does every tile of a head
+// whose per-channel parameters are not all finite; a tile whose probabilities fell below the
+// probability exp's floor (exp(-86.5)) next to a float V recomputes them with the exact exp and
+// multiplies in fp32 (a tiny P times an infinite value is infinite, not 0 x inf = NaN).
 //
-// Memory: the tile's K and V rows of every head are read token after token (a [block,
-// block_size, H_kv * D] cache stores a token's heads contiguously) and the next tile's rows are
-// prefetched into L2 a few lines at a time between the products.
+// Memory: the next tile's K and V rows of every head are prefetched into L2 token after token
+// (a [block, block_size, H_kv * D] cache stores a token's heads contiguously), a few lines at each
+// step of the products.
 
 constexpr int64_t kDecMaxD = 1024;
 constexpr int kDecMaxR = 16;  // rows per KV head
@@ -53,6 +55,7 @@ struct DecSide {
   bool chan = false;            // per-channel parameters (of a head)
   bool off = false;             // with an offset
   bool quant() const { return dq != nullptr; }
+  bool tok() const { return dq != nullptr && !chan; }  // parameters per key
 };
 
 inline DecFmt DecFloatFmt(Elem e) {
@@ -102,17 +105,63 @@ inline const char* DecodeProblemWhy(const Problem& p) {
   return nullptr;
 }
 
-// Scratch of an item in floats, from TileScratch::kt on (TileStageFloats): scores and P of one
-// head [R][TN] each, P' [R][TN], per-key parameters of K and V [4][TN], K rows staged as bf16
-// [TN][D / 2], per-channel parameters of one head [2][D] and [2][Dv], the rows' value-offset sums
-// and query sums [2][n_hk * R].
-inline int64_t DecScratchFloats(const Problem& p, const WorkItem& w) {
-  const int64_t R = w.head_rows(), TNk = kTileKeys;
-  return 3 * R * TNk + 4 * TNk + TNk * p.d_qk / 2 + 2 * (p.d_qk + p.d_v) + 2 * w.rows() + 64;
+// Query rows of one KV head as the products read them: R rounded up to a row block.
+inline int64_t DecRowsPad(int64_t R) { return R <= 2 ? R : (R + 3) / 4 * 4; }
+
+// The decode kernels' scratch (Kernel::scratch), in floats: query rows [rows][D] (fp32) and their
+// two bf16 packs [2][rows][D / 2], with rows = MaxItemRows(p) >= n_hk * DecRowsPad(R); scores and
+// fp32 P of one head [2][16][TN], P' as bf16 [16][TN / 2]; per-key parameters [4][TN]; K and V
+// rows staged as bf16 [TN][(D + Dv) / 2]; per-channel parameters [2][D + Dv]; three per-row sums
+// [3][rows]; per KV head, whether it runs the reference's element order [rows].
+struct DecScratch {
+  float *q, *S, *P, *pb, *kpar, *kstage, *vstage, *kchan, *vchan, *aux, *qsum, *crow, *exact;
+  uint32_t* qdot;
+};
+inline int64_t DecScratchFloats(const Problem& p, DecScratch* s, float* base) {
+  const int64_t rows = MaxItemRows(p), D = p.d_qk, Dv = p.d_v, TNk = kTileKeys;
+  float* f = base;
+  const auto take = [&](int64_t n) {
+    float* r = f;
+    f += (n + 15) / 16 * 16;  // each part on a cache line
+    return r;
+  };
+  s->q = take(rows * D);
+  s->qdot = reinterpret_cast<uint32_t*>(take(rows * D));
+  s->S = take(kDecMaxR * TNk);
+  s->P = take(kDecMaxR * TNk);
+  s->pb = take(kDecMaxR * TNk / 2);
+  s->kpar = take(4 * TNk);
+  s->kstage = take(TNk * D / 2);
+  s->vstage = take(TNk * Dv / 2);
+  s->kchan = take(2 * D);
+  s->vchan = take(2 * Dv);
+  s->aux = take(rows);
+  s->qsum = take(rows);
+  s->crow = take(rows);
+  s->exact = take(rows);
+  return f - base;
+}
+inline ScratchSize DecodeScratchSize(const Problem& p) {
+  DecScratch s;
+  float* zero = nullptr;
+  ScratchSize z;
+  z.bytes = 4 * DecScratchFloats(p, &s, zero);
+  return z;  // every part is written before it is read
 }
 
-// Query rows of one KV head as the fp32 products read them: R rounded up to a row block.
-inline int64_t DecRowsPad(int64_t R) { return R <= 2 ? R : (R + 3) / 4 * 4; }
+// Whether every per-channel parameter of head h is finite (a head with one that is not runs the
+// reference's element order, which the factored form does not reproduce).
+inline bool DecChanFinite(const DecSide& s, int64_t D, int64_t h) {
+  if (!s.quant() || !s.chan) return true;
+  const Dequant& dq = *s.dq;
+  for (int64_t d = 0; d < D; ++d) {
+    const int64_t i = dq.Index(0, h, 0, d);
+    if (!std::isfinite(cvt::Load(dq.scale, dq.scale_elem, i))) return false;
+    if (dq.offset != nullptr && !std::isfinite(cvt::Load(dq.offset, dq.offset_elem, i)))
+      return false;
+  }
+  return true;
+}
 
 inline const char* DecodeItemWhy(const Problem& p, const WorkItem& w) {
   const int64_t R = w.head_rows();
@@ -121,11 +170,8 @@ inline const char* DecodeItemWhy(const Problem& p, const WorkItem& w) {
   const ItemOrigins o = OriginsOf(p, w.b);
   if (w.j0 < w.j1 && ((w.i1 - 1) - o.pre > w.j0 || w.j1 - 1 > w.i0 + o.next))
     return "a band that cuts into the item's keys";
-  if (DecScratchFloats(p, w) > TileStageFloats(p)) return "an item too large for the scratch";
   return nullptr;
 }
-
-// ---- widening rows ---------------------------------------------------------------------------
 
 // W channels [d, d + W) of a row of format F as fp32 (exact for every format).
 template <DecFmt F>
@@ -135,18 +181,6 @@ __attribute__((always_inline)) inline typename V::T DecLoad(const char* row, int
   else if constexpr (F == DecFmt::kBF16) return V::LoadBF16(reinterpret_cast<const uint16_t*>(row) + d);
   else if constexpr (F == DecFmt::kI8) return V::LoadI8(reinterpret_cast<const int8_t*>(row) + d);
   else return V::LoadI4(reinterpret_cast<const uint8_t*>(row) + d / 2);
-}
-
-// (x + o_d) s_d rounded to the query dtype, the reference's element order (per-channel
-// parameters; chan holds [scale of D channels, offset of D channels]).
-template <Elem QE>
-__attribute__((always_inline)) inline typename V::T DecDequantChan(typename V::T x,
-                                                                  const float* chan, int64_t D,
-                                                                  int64_t d) {
-  x = V::Mul(V::Add(x, V::Load(chan + D + d)), V::Load(chan + d));
-  if constexpr (QE == Elem::kBF16) return V::RoundBF16(x);
-  else if constexpr (QE == Elem::kF16) return V::RoundF16(x);
-  else return x;
 }
 
 // ---- the per-tile state ---------------------------------------------------------------------
@@ -226,7 +260,9 @@ struct DecPrefetch {
     ++ticks;
     int64_t lines = per_tick;
     while (lines > 0 && cur != nullptr) {
-      for (; lines > 0 && cur < end; --lines, cur += 64) __builtin_prefetch(cur, 0, 2);
+      const char* c = cur;  // a local: the prefetch loop keeps it in a register
+      for (; lines > 0 && c < end; --lines, c += 64) __builtin_prefetch(c, 0, 2);
+      cur = c;
       if (cur >= end) {
         if (++x == n_hk) {
           x = 0;
@@ -258,10 +294,11 @@ struct DecItem {
 inline void DecKeyParams(const DecSide& s, const int64_t* c, int64_t nk, int64_t h, float* sc,
                          float* of) {
   if (!s.quant()) {
-    for (int64_t n = 0; n < nk; ++n) sc[n] = 1.f, of[n] = 0.f;
+    for (int64_t n = 0; n < kTileKeys; ++n) sc[n] = 1.f, of[n] = 0.f;
     return;
   }
   const Dequant& dq = *s.dq;
+  for (int64_t n = nk; n < kTileKeys; ++n) sc[n] = of[n] = 0.f;  // padding keys: P' = 0
   for (int64_t n = 0; n < nk; ++n) {
     const int64_t i = dq.Index(c[2 * n], h, c[2 * n + 1], 0);
     sc[n] = dq.scale_elem == Elem::kF32 ? static_cast<const float*>(dq.scale)[i]
@@ -298,16 +335,16 @@ inline void DecChanParams(const DecSide& s, int64_t D, int64_t h, float* chan) {
 
 // ---- fp32 products ----------------------------------------------------------------------------
 
-// Row blocks of the fp32 products: RB rows x KB keys of W-lane partial sums, KB * RB = W (one
-// V::ReduceRows per block).
-constexpr int kDecRB = V::kW >= 8 ? 4 : V::kW;
+// Row blocks of the fp32 products: RB rows x W / RB keys of W-lane partial sums (one
+// SoftmaxReduceRows per block).
+constexpr int kDecRB = V::kW >= 4 ? 4 : V::kW;
 
-// s[r * lds + n0 + k] = q_r . k_{n0 + k} for r < RB, k < W / RB: q rows fp32 at stride ldq, key
-// rows kr[k] of format F (per-channel dequantized when CHAN).
-template <DecFmt F, int RB, bool CHAN, Elem QE>
+// s[r * lds + k] = q_r . k_k for r < RB, k < W / RB: q rows fp32 at stride ldq, key rows kr[k] of
+// format F (exact values).
+template <DecFmt F, int RB>
 __attribute__((always_inline)) inline void DecQkBlock(const float* q, int64_t ldq, int64_t D,
-                                                      const char* const* kr, const float* chan,
-                                                      float* s, int64_t lds) {
+                                                      const char* const* kr, float* s,
+                                                      int64_t lds) {
   constexpr int W = V::kW, KB = W / RB;
   typename V::T acc[W];
   OPENFIA_UNROLL
@@ -318,8 +355,7 @@ __attribute__((always_inline)) inline void DecQkBlock(const float* q, int64_t ld
     for (int r = 0; r < RB; ++r) qv[r] = V::Load(q + r * ldq + d);
     OPENFIA_UNROLL
     for (int k = 0; k < KB; ++k) {
-      typename V::T x = DecLoad<F>(kr[k], d);
-      if constexpr (CHAN) x = DecDequantChan<QE>(x, chan, D, d);
+      const typename V::T x = DecLoad<F>(kr[k], d);
       OPENFIA_UNROLL
       for (int r = 0; r < RB; ++r) acc[k * RB + r] = V::Fma(qv[r], x, acc[k * RB + r]);
     }
@@ -336,11 +372,11 @@ __attribute__((always_inline)) inline void DecQkBlock(const float* q, int64_t ld
     for (int r = 0; r < RB; ++r) s[r * lds + k] = t[k * RB + r];
 }
 
-// S[r][n] = q_r . K_n for the R rows of head x (q fp32 [R][ldq], rows padded to a multiple of RB
-// with zeros) and the tile's keys n < nk (keys past nk read key 0 and are never used).
-template <DecFmt F, bool CHAN, Elem QE>
+// S[r][n] = q_r . K_n for the R rows of head x (q fp32 [R padded][ldq], zero rows past R) and the
+// tile's keys n < nk (keys past nk read key nk - 1; the caller sets their scores).
+template <DecFmt F>
 inline void DecQkFma(const DecItem& it, const float* q, int64_t ldq, const DecTileRows& t,
-                     int64_t x, const float* chan, float* S, DecPrefetch& pf) {
+                     int64_t x, float* S, DecPrefetch& pf) {
   constexpr int W = V::kW;
   const int RB = it.R <= 1 ? 1 : it.R <= 2 && W >= 2 ? 2 : kDecRB;
   const int64_t TNk = kTileKeys;
@@ -356,29 +392,27 @@ inline void DecQkFma(const DecItem& it, const float* q, int64_t ldq, const DecTi
       const float* qr = q + r0 * ldq;
       if constexpr (W >= 4) {
         if (RB == 4) {
-          DecQkBlock<F, 4, CHAN, QE>(qr, ldq, it.D, kr, chan, s, TNk);
+          DecQkBlock<F, 4>(qr, ldq, it.D, kr, s, TNk);
           continue;
         }
       }
       if constexpr (W >= 2) {
         if (RB == 2) {
-          DecQkBlock<F, 2, CHAN, QE>(qr, ldq, it.D, kr, chan, s, TNk);
+          DecQkBlock<F, 2>(qr, ldq, it.D, kr, s, TNk);
           continue;
         }
       }
-      DecQkBlock<F, 1, CHAN, QE>(qr, ldq, it.D, kr, chan, s, TNk);
+      DecQkBlock<F, 1>(qr, ldq, it.D, kr, s, TNk);
     }
   }
 }
 
-// acc[r][c] += sum_n P[r][n] v_n[c] for r < RB, channel vectors [c0, c0 + CB): P fp32 [R][ldp]
-// (already times the value's per-key scale), value rows vr of format F (per-channel dequantized
-// when CHAN), keys n < nk.
-template <DecFmt F, int RB, int CB, bool CHAN, Elem QE>
+// acc[r][c] += sum_n P[r][n] v_n[c] for r < RB, channel vectors [c0, c0 + CB): P fp32 [R][ldp],
+// value rows vr of format F (exact values), keys n < nk.
+template <DecFmt F, int RB, int CB>
 __attribute__((always_inline)) inline void DecPvBlock(const float* P, int64_t ldp,
                                                       const char* const* vr, int64_t nk,
-                                                      int64_t c0, const float* chan, int64_t Dv,
-                                                      float* acc, int64_t lda) {
+                                                      int64_t c0, float* acc, int64_t lda) {
   constexpr int W = V::kW;
   typename V::T a[RB][CB];
   OPENFIA_UNROLL
@@ -388,10 +422,7 @@ __attribute__((always_inline)) inline void DecPvBlock(const float* P, int64_t ld
   for (int64_t n = 0; n < nk; ++n) {
     typename V::T xv[CB];
     OPENFIA_UNROLL
-    for (int c = 0; c < CB; ++c) {
-      xv[c] = DecLoad<F>(vr[n], c0 + c * W);
-      if constexpr (CHAN) xv[c] = DecDequantChan<QE>(xv[c], chan, Dv, c0 + c * W);
-    }
+    for (int c = 0; c < CB; ++c) xv[c] = DecLoad<F>(vr[n], c0 + c * W);
     OPENFIA_UNROLL
     for (int r = 0; r < RB; ++r) {
       const typename V::T pb = V::Set1(P[r * ldp + n]);
@@ -405,34 +436,40 @@ __attribute__((always_inline)) inline void DecPvBlock(const float* P, int64_t ld
     for (int c = 0; c < CB; ++c) V::Store(acc + r * lda + c0 + c * W, a[r][c]);
 }
 
-template <DecFmt F, bool CHAN, Elem QE, int RB>
+template <DecFmt F, int RB>
 inline void DecPvRows(const DecItem& it, const float* P, const char* const* vr, int64_t nk,
-                      const float* chan, float* acc, int64_t lda) {
+                      float* acc, int64_t lda) {
   constexpr int W = V::kW;
-  constexpr int CB = V::kW >= 8 ? 4 : 2;  // RB x CB accumulators: 16 (AVX-512) / 16 (AVX2: 8)
+  constexpr int CB = V::kW >= 8 ? 4 : 2;
   int64_t c0 = 0;
   for (; c0 + CB * W <= it.Dv; c0 += CB * W)
-    DecPvBlock<F, RB, CB, CHAN, QE>(P, kTileKeys, vr, nk, c0, chan, it.Dv, acc, lda);
-  for (; c0 < it.Dv; c0 += W)
-    DecPvBlock<F, RB, 1, CHAN, QE>(P, kTileKeys, vr, nk, c0, chan, it.Dv, acc, lda);
+    DecPvBlock<F, RB, CB>(P, kTileKeys, vr, nk, c0, acc, lda);
+  for (; c0 < it.Dv; c0 += W) DecPvBlock<F, RB, 1>(P, kTileKeys, vr, nk, c0, acc, lda);
 }
 
 // acc (the R rows of head x) += P V over the tile's keys; P fp32 [R][TN].
-template <DecFmt F, bool CHAN, Elem QE>
+template <DecFmt F>
 inline void DecPvFma(const DecItem& it, const float* P, const DecTileRows& t, int64_t x,
-                     const float* chan, float* acc, int64_t lda, DecPrefetch& pf) {
+                     float* acc, int64_t lda, DecPrefetch& pf) {
   constexpr int RB = V::kW >= 16 ? 4 : V::kW >= 8 ? 2 : 4;
   const char* vr[kTileKeys];
   for (int64_t n = 0; n < t.nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
   int64_t r0 = 0;
   for (; r0 + RB <= it.R; r0 += RB) {
     pf.Tick();
-    DecPvRows<F, CHAN, QE, RB>(it, P + r0 * kTileKeys, vr, t.nk, chan, acc + r0 * lda, lda);
+    DecPvRows<F, RB>(it, P + r0 * kTileKeys, vr, t.nk, acc + r0 * lda, lda);
   }
   for (; r0 < it.R; ++r0) {
     pf.Tick();
-    DecPvRows<F, CHAN, QE, 1>(it, P + r0 * kTileKeys, vr, t.nk, chan, acc + r0 * lda, lda);
+    DecPvRows<F, 1>(it, P + r0 * kTileKeys, vr, t.nk, acc + r0 * lda, lda);
   }
+}
+
+// sum_n P[n] for n < npad (P fp32, already rounded; 0 past the live keys).
+inline float DecSum(const float* P, int64_t npad) {
+  typename V::T s = V::Zero();
+  for (int64_t n = 0; n < npad; n += V::kW) s = V::Add(s, V::Load(P + n));
+  return V::ReduceSum(s);
 }
 
 // ---- the exact corners ------------------------------------------------------------------------
@@ -456,13 +493,20 @@ inline void DecExactP(const DecItem& it, const float* S, const float* m, const f
 }
 
 // One tile of head x in the reference's element order: each K / V element dequantized as
-// (x + o) s rounded to the query dtype (LoadElem), fp32 products, the exact exp. For tiles whose
-// per-token parameters are not all finite.
-inline void DecodeExactTile(const DecItem& it, const float* q, int64_t ldq, const DecTileRows& t,
-                            int64_t x, float* S, float* P, float* aux, const RowStates& o) {
+// (x + o) s rounded to the query dtype (LoadElem), fp32 products, the exact exp. With vfactored a
+// per-channel V stays in the factored form the head's other tiles use (its integers here, sum(P)
+// into aux). For tiles whose per-token parameters are not all finite, and every tile of a head
+// whose per-channel parameters are not.
+inline void DecodeExactTile(const DecItem& it, const DecTileRows& t, int64_t x, float* S,
+                            float* P, float* aux, const RowStates& o, float vbias,
+                            bool vfactored) {
   const Problem& p = *it.p;
-  const int64_t hk = it.w->hk + x;
-  const TileDq kdq = MakeTileDq(p.k, t.kc, hk, it.qe), vdq = MakeTileDq(p.v, t.vc, hk, it.qe);
+  const WorkItem& w = *it.w;
+  const int64_t hk = w.hk + x, nq = w.i1 - w.i0;
+  const TileDq kdq = MakeTileDq(p.k, t.kc, hk, it.qe);
+  TileDq vdq = MakeTileDq(p.v, t.vc, hk, it.qe);
+  const bool vf = it.vs.chan && vfactored;
+  if (vf) vdq.cache = nullptr;  // the integers
   // LoadElem reads element d of a row at element offset 0 from the row's own start.
   const auto kelem = [&](int64_t n, int64_t d) {
     return LoadElem(p.k.cache, kdq, n, false, t.k[n] + x * t.kstep[n], 0, d);
@@ -470,13 +514,17 @@ inline void DecodeExactTile(const DecItem& it, const float* q, int64_t ldq, cons
   const auto velem = [&](int64_t n, int64_t d) {
     return LoadElem(p.v.cache, vdq, n, false, t.v[n] + x * t.vstep[n], 0, d);
   };
-  for (int64_t r = 0; r < it.R; ++r)
+  std::vector<float> q(it.D);  // a rare path: the reference's query row
+  for (int64_t r = 0; r < it.R; ++r) {
+    const int64_t h = hk * p.group() + w.g0 + r / nq, row = p.q_begin[w.b] + w.i0 + r % nq;
+    LoadRowF32(p.q, p.q.Base(w.b), p.q.Offset(w.b, h, row, 0), it.D, q.data());
     for (int64_t n = 0; n < kTileKeys; ++n) {
       float acc = 0.f;
       if (n < t.nk)
-        for (int64_t d = 0; d < it.D; ++d) acc += q[r * ldq + d] * kelem(n, d);
+        for (int64_t d = 0; d < it.D; ++d) acc += q[d] * kelem(n, d);
       S[r * kTileKeys + n] = n < t.nk ? acc : -std::numeric_limits<float>::infinity();
     }
+  }
   SoftmaxStep st;
   st.s = S;
   st.lds = kTileKeys;
@@ -500,12 +548,19 @@ inline void DecodeExactTile(const DecItem& it, const float* q, int64_t ldq, cons
     float* a = o.acc + r * o.acc_stride;
     for (int64_t n = 0; n < t.nk; ++n) {
       const float pn = P[r * kTileKeys + n];
-      for (int64_t d = 0; d < it.Dv; ++d) a[d] += pn * velem(n, d);
+      // A per-channel V in the other tiles' form: (bias +) x, and sum(P).
+      const float bias = vf ? vbias : 0.f;
+      for (int64_t d = 0; d < it.Dv; ++d) a[d] += pn * (velem(n, d) + bias);
+      if (vf) aux[r] += pn;
     }
   }
 }
 
 alignas(64) inline const uint16_t kDecZeroRow[kDecMaxD] = {};
+
+// int4 K / V rows staged for VDPBF16PS hold x + kDecI4Bias (decode_dot-inl.h); the bias comes out
+// of the sums with the offsets.
+constexpr float kDecI4Bias = 136.f;
 
 #if defined(OPENFIA_DECODE_DOT)
 #include "engine/kernels/avx512/decode_dot-inl.h"
@@ -514,42 +569,26 @@ alignas(64) inline const uint16_t kDecZeroRow[kDecMaxD] = {};
 // ---- the item ---------------------------------------------------------------------------------
 
 using DecQkFn = void (*)(const DecItem&, const float*, int64_t, const DecTileRows&, int64_t,
-                         const float*, float*, DecPrefetch&);
-using DecPvFn = void (*)(const DecItem&, const float*, const DecTileRows&, int64_t, const float*,
-                         float*, int64_t, DecPrefetch&);
+                         float*, DecPrefetch&);
+using DecPvFn = void (*)(const DecItem&, const float*, const DecTileRows&, int64_t, float*,
+                         int64_t, DecPrefetch&);
 
-template <DecFmt F, bool CHAN>
-inline DecQkFn DecQkFor(Elem qe) {
-  switch (qe) {
-    case Elem::kBF16: return &DecQkFma<F, CHAN, Elem::kBF16>;
-    case Elem::kF16: return &DecQkFma<F, CHAN, Elem::kF16>;
-    default: return &DecQkFma<F, CHAN, Elem::kF32>;
+inline DecQkFn DecPickQk(DecFmt f) {
+  switch (f) {
+    case DecFmt::kF32: return &DecQkFma<DecFmt::kF32>;
+    case DecFmt::kF16: return &DecQkFma<DecFmt::kF16>;
+    case DecFmt::kBF16: return &DecQkFma<DecFmt::kBF16>;
+    case DecFmt::kI8: return &DecQkFma<DecFmt::kI8>;
+    default: return &DecQkFma<DecFmt::kI4>;
   }
 }
-template <DecFmt F, bool CHAN>
-inline DecPvFn DecPvFor(Elem qe) {
-  switch (qe) {
-    case Elem::kBF16: return &DecPvFma<F, CHAN, Elem::kBF16>;
-    case Elem::kF16: return &DecPvFma<F, CHAN, Elem::kF16>;
-    default: return &DecPvFma<F, CHAN, Elem::kF32>;
-  }
-}
-inline DecQkFn DecPickQk(const DecSide& s, Elem qe) {
-  switch (s.fmt) {
-    case DecFmt::kF32: return DecQkFor<DecFmt::kF32, false>(qe);
-    case DecFmt::kF16: return DecQkFor<DecFmt::kF16, false>(qe);
-    case DecFmt::kBF16: return DecQkFor<DecFmt::kBF16, false>(qe);
-    case DecFmt::kI8: return s.chan ? DecQkFor<DecFmt::kI8, true>(qe) : DecQkFor<DecFmt::kI8, false>(qe);
-    default: return s.chan ? DecQkFor<DecFmt::kI4, true>(qe) : DecQkFor<DecFmt::kI4, false>(qe);
-  }
-}
-inline DecPvFn DecPickPv(const DecSide& s, Elem qe) {
-  switch (s.fmt) {
-    case DecFmt::kF32: return DecPvFor<DecFmt::kF32, false>(qe);
-    case DecFmt::kF16: return DecPvFor<DecFmt::kF16, false>(qe);
-    case DecFmt::kBF16: return DecPvFor<DecFmt::kBF16, false>(qe);
-    case DecFmt::kI8: return s.chan ? DecPvFor<DecFmt::kI8, true>(qe) : DecPvFor<DecFmt::kI8, false>(qe);
-    default: return s.chan ? DecPvFor<DecFmt::kI4, true>(qe) : DecPvFor<DecFmt::kI4, false>(qe);
+inline DecPvFn DecPickPv(DecFmt f) {
+  switch (f) {
+    case DecFmt::kF32: return &DecPvFma<DecFmt::kF32>;
+    case DecFmt::kF16: return &DecPvFma<DecFmt::kF16>;
+    case DecFmt::kBF16: return &DecPvFma<DecFmt::kBF16>;
+    case DecFmt::kI8: return &DecPvFma<DecFmt::kI8>;
+    default: return &DecPvFma<DecFmt::kI4>;
   }
 }
 
@@ -579,21 +618,13 @@ inline bool DecTinyP(const DecItem& it, const float* S, const float* m, int64_t 
   return false;
 }
 
-// Whether every query value of the item is a normal bf16 number or zero (VDPBF16PS reads a
-// subnormal as zero; an infinite or NaN query takes the fp32 products, as in the reference).
-inline bool DecQueryDotOk(const float* qf, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(qf[i]);
-    if (!(a == 0.f || (a >= std::numeric_limits<float>::min() && a <= std::numeric_limits<float>::max())))
-      return false;
-  }
-  return true;
-}
-
-// Runs item w (DecodeProblemWhy / DecodeItemWhy accepted it).
-inline void DecodeRunItem(const Problem& p, const WorkItem& w, TileScratch& sc,
+// Runs item w (DecodeProblemWhy / DecodeItemWhy accepted it) with the scratch DecodeScratchSize
+// declares.
+inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
                           const RowStates& out) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  DecScratch sc;
+  DecScratchFloats(p, &sc, static_cast<float*>(scratch));
   DecItem it;
   it.p = &p;
   it.w = &w;
@@ -603,58 +634,88 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, TileScratch& sc,
   it.nh = w.n_hk;
   it.D = p.d_qk;
   it.Dv = p.d_v;
-  it.ldv = sc.dv_pad;
+  it.ldv = (p.d_v + 15) / 16 * 16;
   it.scale = static_cast<float>(p.scale);
   it.qe = p.q.elem;
 #if defined(OPENFIA_DECODE_DOT)
   it.dot_qk = it.qe == Elem::kBF16 && Bf16DotTiles();
-  it.dot_pv = it.dot_qk && it.vs.fmt == DecFmt::kBF16;
 #endif
-  const int64_t R = it.R, nh = it.nh, D = it.D, TNk = kTileKeys;
+  const int64_t R = it.R, nh = it.nh, D = it.D, Dv = it.Dv, TNk = kTileKeys;
   const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), Rp = DecRowsPad(R);
   ResetRowStates(out, w.rows(), it.ldv);
+  float* S = sc.S;
+  float* P = sc.P;
+  float* ksc = sc.kpar, *kof = sc.kpar + TNk, *vsc = sc.kpar + 2 * TNk, *vof = sc.kpar + 3 * TNk;
 
-  // Scratch (DecScratchFloats).
-  float* S = sc.kt;                      // [R][TN] scores of one head
-  float* P = S + R * TNk;                // [R][TN] P (fp32, or bf16 pairs for the dot P V)
-  float* kpar = P + R * TNk;             // [4][TN]: K scale, K offset, V scale, V offset
-  float* kstage = kpar + 4 * TNk;        // [TN][D / 2] words: K rows staged as bf16 (dot)
-  float* kchan = kstage + TNk * D / 2;   // [2][D]
-  float* vchan = kchan + 2 * D;          // [2][Dv]
-  float* aux = vchan + 2 * it.Dv;        // [nh * R]: value-offset sums of the rows
-  float* qsum = aux + nh * R;            // [nh * R]: query sums (per-key K offsets)
-  float* ksc = kpar, *kof = kpar + TNk, *vsc = kpar + 2 * TNk, *vof = kpar + 3 * TNk;
-  for (int64_t i = 0; i < nh * R; ++i) aux[i] = 0.f;
-
-  // Query rows as fp32 [nh][Rp][D] (rows past R zero), and their sums.
-  float* qf = sc.q;
-  for (int64_t x = 0; x < nh; ++x)
+  // Query rows as fp32 [nh][Rp][D] (rows past R zero), with per-channel K parameters folded in
+  // (q' = q s), their sums, and the rows' per-channel K constants sum(q' (o - bias)) (int4 keys
+  // staged for VDPBF16PS hold bias + x).
+  const float kbias_st = it.dot_qk && it.ks.fmt == DecFmt::kI4 ? kDecI4Bias : 0.f;
+  for (int64_t x = 0; x < nh; ++x) {
+    const bool exact =
+        !DecChanFinite(it.ks, D, w.hk + x) || !DecChanFinite(it.vs, Dv, w.hk + x);
+    sc.exact[x] = exact ? 1.f : 0.f;
+    const bool fold = it.ks.chan && !exact;
+    if (fold) DecChanParams(it.ks, D, w.hk + x, sc.kchan);
     for (int64_t r = 0; r < Rp; ++r) {
-      float* dst = qf + (x * Rp + r) * D;
+      float* dst = sc.q + (x * Rp + r) * D;
       if (r >= R) {
         std::fill(dst, dst + D, 0.f);
         continue;
       }
       const int64_t h = (w.hk + x) * G + w.g0 + r / nq, row = p.q_begin[b] + w.i0 + r % nq;
       LoadRowF32(p.q, p.q.Base(b), p.q.Offset(b, h, row, 0), D, dst);
-      float sum = 0.f;
-      for (int64_t d = 0; d < D; ++d) sum += dst[d];
-      qsum[x * R + r] = sum;
+      // D is a multiple of 16, so of the vector width.
+      typename V::T sum = V::Zero(), c = V::Zero();
+      const typename V::T vb = V::Set1(kbias_st);
+      for (int64_t d = 0; d < D; d += V::kW) {
+        typename V::T qv = V::Load(dst + d);
+        sum = V::Add(sum, qv);
+        if (fold) {
+          qv = V::Mul(qv, V::Load(sc.kchan + d));
+          V::Store(dst + d, qv);
+          c = V::Fma(qv, V::Sub(V::Load(sc.kchan + D + d), vb), c);
+        }
+      }
+      sc.qsum[x * R + r] = V::ReduceSum(sum);
+      sc.crow[x * R + r] = V::ReduceSum(c);
     }
+  }
 #if defined(OPENFIA_DECODE_DOT)
-  uint32_t* qdot = sc.qp;
-  it.dot_qk = it.dot_qk && DecQueryDotOk(qf, nh * Rp * D);
-  it.dot_pv = it.dot_pv && it.dot_qk;
+  it.dot_qk = it.dot_qk && DotQueryOk(sc.q, nh * Rp * D);
+  it.dot_pv = it.dot_qk;
+  uint32_t* qhi = sc.qdot;
+  uint32_t* qlo = sc.qdot + nh * Rp * D / 2;  // per-channel K: q' = hi + lo
   if (it.dot_qk)
-    for (int64_t x = 0; x < nh; ++x) DotPackQuery(qf + x * Rp * D, R, D, qdot + x * Rp * D / 2);
+    for (int64_t x = 0; x < nh; ++x) {
+      DotPackQuery(sc.q + x * Rp * D, R, D, qhi + x * Rp * D / 2, false);
+      if (it.ks.chan) DotPackQuery(sc.q + x * Rp * D, R, D, qlo + x * Rp * D / 2, true);
+    }
 #endif
-  const DecQkFn qk = DecPickQk(it.ks, it.qe);
-  const DecPvFn pv = DecPickPv(it.vs, it.qe);
-  const bool k_tok = it.ks.quant() && !it.ks.chan, v_tok = it.vs.quant() && !it.vs.chan;
+  // If the kernel fell back to fp32 products, per-channel int4 keys are not staged.
+  const float kbias = it.dot_qk ? kbias_st : 0.f;
+  if (it.ks.chan && kbias != kbias_st)
+    for (int64_t x = 0; x < nh; ++x) {
+      if (sc.exact[x] != 0.f) continue;
+      DecChanParams(it.ks, D, w.hk + x, sc.kchan);
+      for (int64_t r = 0; r < R; ++r) {
+        const float* q = sc.q + (x * Rp + r) * D;
+        float c = 0.f;
+        for (int64_t d = 0; d < D; ++d) c += q[d] * sc.kchan[D + d];
+        sc.crow[x * R + r] = c;
+      }
+    }
+  const float vbias = it.dot_pv && it.vs.fmt == DecFmt::kI4 ? kDecI4Bias : 0.f;
+  const DecQkFn qk = DecPickQk(it.ks.fmt);
+  const DecPvFn pv = DecPickPv(it.vs.fmt);
+  // The rows' extra sums: per-token value offsets (and the bias of staged int4 values), or per
+  // channel sum(P).
+  const bool v_aux = (it.vs.tok() && (it.vs.off || vbias != 0.f)) || it.vs.chan;
+  for (int64_t i = 0; i < nh * R; ++i) sc.aux[i] = 0.f;
 
   DecTileRows tiles[2];
   DecPrefetch pf;
-  const int64_t kbytes = DecBytes(it.ks.fmt, D), vbytes = DecBytes(it.vs.fmt, it.Dv);
+  const int64_t kbytes = DecBytes(it.ks.fmt, D), vbytes = DecBytes(it.vs.fmt, Dv);
   const int64_t tile0 = w.j0 / TNk * TNk;
   if (w.j0 < w.j1) DecResolveTile(p, w, tile0, &tiles[0]);
   int cur = 0;
@@ -669,57 +730,71 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, TileScratch& sc,
     const int64_t nk = t.nk, npad = (nk + V::kW - 1) / V::kW * V::kW;
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t hk = w.hk + x;
-      const float* q = qf + x * Rp * D;
+      const float* q = sc.q + x * Rp * D;
       const RowStates o{out.m + x * R, out.l + x * R, out.acc + x * R * out.acc_stride,
                         out.acc_stride};
-      float* ax = aux + x * R;
+      float* ax = sc.aux + x * R;
       // Per-key parameters (per token, head or tensor): a tile with one that is not finite runs
       // the reference's element order.
       bool finite = true;
-      if (k_tok) {
+      if (it.ks.tok()) {
         DecKeyParams(it.ks, t.kc, nk, hk, ksc, kof);
         finite = DecFinite(ksc, nk) && DecFinite(kof, nk);
       }
-      if (v_tok) {
+      if (it.vs.tok()) {
         DecKeyParams(it.vs, t.vc, nk, hk, vsc, vof);
         finite = finite && DecFinite(vsc, nk) && DecFinite(vof, nk);
       }
-      if (!finite) {
-        if (!k_tok) DecKeyParams(it.ks, t.kc, nk, hk, ksc, kof);
-        if (!v_tok) DecKeyParams(it.vs, t.vc, nk, hk, vsc, vof);
-        DecodeExactTile(it, q, D, t, x, S, P, ax, o);
+      const bool exact_head = sc.exact[x] != 0.f;
+      if (!finite || exact_head) {
+#if defined(OPENFIA_DECODE_DOT)
+        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
+#endif
+        DecodeExactTile(it, t, x, S, P, ax, o, vbias, !exact_head);
+#if defined(OPENFIA_DECODE_DOT)
+        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
+#endif
         continue;
       }
-      if (it.ks.chan) DecChanParams(it.ks, D, hk, kchan);
-      if (it.vs.chan) DecChanParams(it.vs, it.Dv, hk, vchan);
 
-      // S = Q K^T.
+      // S = Q K^T, then the per-key or per-channel K parameters.
 #if defined(OPENFIA_DECODE_DOT)
       if (it.dot_qk) {
         const char* kr[kTileKeys];
         if (it.ks.quant()) {
-          DotStageKeys(it, t, x, kchan, reinterpret_cast<uint16_t*>(kstage), kr);
+          uint16_t* st = reinterpret_cast<uint16_t*>(sc.kstage);
+          DotStageRows(it.ks.fmt, t.k, t.kstep, x, nk, D, st, D);
+          for (int64_t n = 0; n < nk; ++n) kr[n] = reinterpret_cast<const char*>(st + n * D);
         } else {
           for (int64_t n = 0; n < nk; ++n) kr[n] = t.k[n] + x * t.kstep[n];
         }
-        DotQk(it, qdot + x * Rp * D / 2, kr, nk, S, pf);
+        DotQk(it, qhi + x * Rp * D / 2, it.ks.chan ? qlo + x * Rp * D / 2 : nullptr, kr, nk, S,
+              pf);
       } else {
-        qk(it, q, D, t, x, kchan, S, pf);
+        qk(it, q, D, t, x, S, pf);
       }
 #else
-      qk(it, q, D, t, x, kchan, S, pf);
+      qk(it, q, D, t, x, S, pf);
 #endif
-      if (k_tok) {  // s (q.x + o sum(q)) per key
+      if (it.ks.tok()) {  // s (q.x + o sum(q)) per key (padding keys: 0, then -inf below)
         for (int64_t r = 0; r < R; ++r) {
           float* sr = S + r * TNk;
-          const float qs = qsum[x * R + r];
-          for (int64_t n = 0; n < nk; ++n) sr[n] = (sr[n] + kof[n] * qs) * ksc[n];
+          const typename V::T qs = V::Set1(sc.qsum[x * R + r]), vb = V::Set1(kbias);
+          for (int64_t n = 0; n < npad; n += V::kW)
+            V::Store(sr + n, V::Mul(V::Fma(V::Sub(V::Load(kof + n), vb), qs, V::Load(sr + n)),
+                                    V::Load(ksc + n)));
+        }
+      } else if (it.ks.chan) {  // q'.x + sum(q' (o - bias))
+        for (int64_t r = 0; r < R; ++r) {
+          float* sr = S + r * TNk;
+          const typename V::T c = V::Set1(sc.crow[x * R + r]);
+          for (int64_t n = 0; n < npad; n += V::kW) V::Store(sr + n, V::Add(V::Load(sr + n), c));
         }
       }
       for (int64_t r = 0; r < R; ++r)
         for (int64_t n = nk; n < npad; ++n) S[r * TNk + n] = kNegInf;
 
-      // P, the rows' m, l, accumulators and value-offset sums.
+      // P, and the rows' m, l, accumulators and extra sums.
       SoftmaxStep st;
       st.s = S;
       st.lds = TNk;
@@ -728,7 +803,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, TileScratch& sc,
       st.npad = npad;
       st.scale = it.scale;
       st.store.pe = it.qe;
-      if (it.dot_pv) {
+      if (it.dot_pv && !it.vs.tok()) {
         st.store.kind = SoftmaxStore::Kind::kBf16;
         st.store.p = reinterpret_cast<uint16_t*>(P);
         st.store.ldp = TNk;
@@ -742,7 +817,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, TileScratch& sc,
       st.acc = o.acc;
       st.acc_stride = o.acc_stride;
       st.ldv = it.ldv;
-      st.aux = v_tok && it.vs.off ? ax : nullptr;
+      st.aux = v_aux ? ax : nullptr;
       RunSoftmaxStep(st);
 
       // acc += P V.
@@ -750,41 +825,73 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, TileScratch& sc,
         DecKeyParams(it.vs, t.vc, nk, hk, vsc, vof);
         DecExactP(it, S, o.m, vsc, nk, P);
 #if defined(OPENFIA_DECODE_DOT)
-        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, it.Dv, false);
+        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
 #endif
-        pv(it, P, t, x, vchan, o.acc, o.acc_stride, pf);
+        pv(it, P, t, x, o.acc, o.acc_stride, pf);
 #if defined(OPENFIA_DECODE_DOT)
-        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, it.Dv, true);
+        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
 #endif
         continue;
       }
 #if defined(OPENFIA_DECODE_DOT)
       if (it.dot_pv) {
-        DotPv(it, reinterpret_cast<const uint16_t*>(P), t, x, o.acc, o.acc_stride, pf);
+        const char* vr[kTileKeys + 1];
+        if (it.vs.quant()) {
+          uint16_t* vs16 = reinterpret_cast<uint16_t*>(sc.vstage);
+          DotStageRows(it.vs.fmt, t.v, t.vstep, x, nk, Dv, vs16, Dv);
+          for (int64_t n = 0; n < nk; ++n) vr[n] = reinterpret_cast<const char*>(vs16 + n * Dv);
+        } else {
+          for (int64_t n = 0; n < nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
+        }
+        vr[nk] = reinterpret_cast<const char*>(kDecZeroRow);
+        const uint16_t* pp = reinterpret_cast<const uint16_t*>(P);
+        if (it.vs.tok()) {  // P' = bf16(P s) per key; the rows' sums of P' (o - bias)
+          uint16_t* p16 = reinterpret_cast<uint16_t*>(sc.pb);
+          for (int64_t r = 0; r < R; ++r)
+            ax[r] += DotScaleP(P + r * TNk, vsc, vof, vbias, npad, p16 + r * TNk);
+          pp = p16;
+        } else if (it.vs.chan) {  // sum(P) per row
+          for (int64_t r = 0; r < R; ++r) ax[r] += DotSumBf16(pp + r * TNk, npad);
+        }
+        DotPv(it, pp, vr, nk, o.acc, o.acc_stride, pf);
         continue;
       }
 #endif
-      if (v_tok) {  // P' = P s per key; the offsets' sum sum_n P' o per row
+      if (it.vs.tok()) {  // P' = P s per key; the offsets' sum sum_n P' o per row
         for (int64_t r = 0; r < R; ++r) {
           float* pr = P + r * TNk;
-          float sum = 0.f;
-          for (int64_t n = 0; n < nk; ++n) {
-            pr[n] *= vsc[n];
-            sum += pr[n] * vof[n];
+          typename V::T sum = V::Zero();
+          for (int64_t n = 0; n < npad; n += V::kW) {
+            const typename V::T pn = V::Mul(V::Load(pr + n), V::Load(vsc + n));
+            V::Store(pr + n, pn);
+            sum = V::Fma(pn, V::Load(vof + n), sum);
           }
-          if (it.vs.off) ax[r] += sum;
+          if (it.vs.off) ax[r] += V::ReduceSum(sum);
         }
+      } else if (it.vs.chan) {
+        for (int64_t r = 0; r < R; ++r) ax[r] += DecSum(P + r * TNk, npad);
       }
-      pv(it, P, t, x, vchan, o.acc, o.acc_stride, pf);
+      pv(it, P, t, x, o.acc, o.acc_stride, pf);
     }
   }
 #if defined(OPENFIA_DECODE_DOT)
-  if (it.dot_pv) DotPermuteRows(out.acc, w.rows(), out.acc_stride, it.Dv, false);
+  if (it.dot_pv) DotPermuteRows(out.acc, w.rows(), out.acc_stride, Dv, false);
 #endif
-  if (v_tok && it.vs.off) {  // every channel of a row gets its value-offset sum
+  if (it.vs.tok() && v_aux) {  // every channel of a row gets its value-offset sum
     for (int64_t i = 0; i < nh * R; ++i) {
       float* a = out.acc + i * out.acc_stride;
-      for (int64_t d = 0; d < it.Dv; ++d) a[d] += aux[i];
+      for (int64_t d = 0; d < Dv; ++d) a[d] += sc.aux[i];
+    }
+  } else if (it.vs.chan) {  // s_d (sum(P x_d) + (o_d - bias) sum(P))
+    for (int64_t x = 0; x < nh; ++x) {
+      if (sc.exact[x] != 0.f) continue;
+      DecChanParams(it.vs, Dv, w.hk + x, sc.vchan);
+      for (int64_t r = 0; r < R; ++r) {
+        float* a = out.acc + (x * R + r) * out.acc_stride;
+        const float ps = sc.aux[x * R + r];
+        for (int64_t d = 0; d < Dv; ++d)
+          a[d] = sc.vchan[d] * (a[d] + (sc.vchan[Dv + d] - vbias) * ps);
+      }
     }
   }
 }
