@@ -299,13 +299,26 @@ inline void DecKeyParams(const DecSide& s, const int64_t* c, int64_t nk, int64_t
   }
   const Dequant& dq = *s.dq;
   for (int64_t n = nk; n < kTileKeys; ++n) sc[n] = of[n] = 0.f;  // padding keys: P' = 0
+  const int64_t hb = dq.Index(0, h, 0, 0);
+  if (dq.scale_elem == Elem::kF32 && (!s.off || dq.offset_elem == Elem::kF32)) {
+    const float* sp = static_cast<const float*>(dq.scale) + hb;
+    if (!s.off) {
+      for (int64_t n = 0; n < nk; ++n) sc[n] = sp[c[2 * n] * dq.sb + c[2 * n + 1] * dq.ss];
+      std::fill(of, of + nk, 0.f);
+      return;
+    }
+    const float* op = static_cast<const float*>(dq.offset) + hb;
+    for (int64_t n = 0; n < nk; ++n) {
+      const int64_t i = c[2 * n] * dq.sb + c[2 * n + 1] * dq.ss;
+      sc[n] = sp[i];
+      of[n] = op[i];
+    }
+    return;
+  }
   for (int64_t n = 0; n < nk; ++n) {
-    const int64_t i = dq.Index(c[2 * n], h, c[2 * n + 1], 0);
-    sc[n] = dq.scale_elem == Elem::kF32 ? static_cast<const float*>(dq.scale)[i]
-                                        : cvt::Load(dq.scale, dq.scale_elem, i);
-    of[n] = !s.off ? 0.f
-            : dq.offset_elem == Elem::kF32 ? static_cast<const float*>(dq.offset)[i]
-                                           : cvt::Load(dq.offset, dq.offset_elem, i);
+    const int64_t i = hb + c[2 * n] * dq.sb + c[2 * n + 1] * dq.ss;
+    sc[n] = cvt::Load(dq.scale, dq.scale_elem, i);
+    of[n] = s.off ? cvt::Load(dq.offset, dq.offset_elem, i) : 0.f;
   }
 }
 
