@@ -131,7 +131,9 @@ bool CpuRuns(Isa isa) {
       return CpuRuns(Isa::kAvx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512dq");
-    case Isa::kAvx512Bf16: return CpuRuns(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+    case Isa::kAvx512Bf16:  // the decode kernel uses VNNI too (every AVX512-BF16 CPU has it)
+      return CpuRuns(Isa::kAvx512) && __builtin_cpu_supports("avx512bf16") &&
+             __builtin_cpu_supports("avx512vnni");
     case Isa::kAmx:
       return CpuRuns(Isa::kAvx512Bf16) && __builtin_cpu_supports("amx-tile") &&
              __builtin_cpu_supports("amx-bf16") && AmxTileDataGranted();

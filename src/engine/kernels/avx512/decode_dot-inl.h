@@ -220,6 +220,161 @@ inline void DotQk(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
   else DotQkRows<false>(it, qp, nullptr, kr, nk, S, pf);
 }
 
+// ---- int8 / int4 keys: VPDPBUSD ----------------------------------------------------------------
+//
+// Rows of 3 or more per KV head over int8 / int4 keys: S = Q K^T with integer products, four
+// query rows x 16 channels against a 128-bit broadcast of each key's 16 channels (64 byte
+// products per instruction, twice VDPBF16PS's). The keys are staged as unsigned bytes u = x + c
+// (int8: x ^ 0x80, c = 128; int4: the nibble x + 8, c = 8); each query row q (fp32, per-channel
+// scales folded in) is sigma (256 qh + ql) with signed bytes qh, ql (15 bits of the row's largest
+// magnitude, as fine as the two bf16 terms it replaces), so
+//   q . x = sigma (256 (sum(qh u) - c sum(qh)) + (sum(ql u) - c sum(ql))),
+// each bracket an exact integer, the sum one fp32 rounding.
+
+constexpr float kDotQMax = 32639.f;  // |256 qh + ql| <= 32639 keeps qh = (q + 128) >> 8 in int8
+
+// The pieces of a head's query rows (fp32 qf [Rp][D], Rp a multiple of 4) for keys staged with
+// bias c: qp [Rp / 4][D / 16][2][64] bytes, byte 4 (4 r + j) + i of piece p at chunk k = piece p
+// of row r's channel 16 k + 4 j + i; sigma[r], and corr[2 r + p] = c sum of piece p of the row.
+// False where a row's scale is not a finite normal number (the caller keeps the bf16 products).
+inline bool DotPackQueryInt(const float* qf, int64_t Rp, int64_t D, int32_t c, int8_t* qp,
+                            float* sigma, int32_t* corr) {
+  for (int64_t r = 0; r < Rp; ++r) {
+    const float* q = qf + r * D;
+    __m512 m = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(q + d)));
+    const float mx = _mm512_reduce_max_ps(m);
+    const float inv = mx > 0.f ? kDotQMax / mx : 0.f;
+    if (!(std::isfinite(inv) && (inv == 0.f || inv >= std::numeric_limits<float>::min())))
+      return false;
+    sigma[r] = mx > 0.f ? mx / kDotQMax : 0.f;
+    int8_t* g = qp + (r / 4) * D * 8 + (r % 4) * 16;
+    int32_t sh = 0, sl = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const int32_t v = static_cast<int32_t>(std::nearbyint(q[d] * inv));
+      const int32_t hi = (v + 128) >> 8, lo = v - 256 * hi;
+      sh += hi;
+      sl += lo;
+      int8_t* at = g + (d / 16) * 128 + (d % 16);  // lane 4 r + j, byte i: channel 4 j + i
+      at[0] = static_cast<int8_t>(hi);
+      at[64] = static_cast<int8_t>(lo);
+    }
+    corr[2 * r] = c * sh;
+    corr[2 * r + 1] = c * sl;
+  }
+  return true;
+}
+
+// Unsigned byte rows stage[n * ld] (D bytes) of the int8 / int4 rows rows[n] + x * step[n].
+inline void DotStageU8(DecFmt f, const char* const* rows, const int64_t* step, int64_t x,
+                       int64_t nk, int64_t D, uint8_t* stage, int64_t ld) {
+  for (int64_t n = 0; n < nk; ++n) {
+    const char* src = rows[n] + x * step[n];
+    uint8_t* dst = stage + n * ld;
+    if (f == DecFmt::kI8) {
+      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+      for (int64_t d = 0; d < D; d += 64) {
+        const __mmask64 m = D - d >= 64 ? ~0ull : (1ull << (D - d)) - 1;
+        _mm512_mask_storeu_epi8(dst + d, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, src + d), flip));
+      }
+      continue;
+    }
+    // int4: two's complement nibbles, channel 2 i in the low half of byte i; u = nibble ^ 8.
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), f8 = _mm512_set1_epi8(0x08);
+    const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    const __m512i i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    int64_t d = 0;
+    for (; d + 128 <= D; d += 128) {
+      const __m512i b = _mm512_loadu_si512(src + d / 2);
+      const __m512i l = _mm512_xor_si512(_mm512_and_si512(b, lo4), f8);
+      const __m512i h = _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), lo4), f8);
+      // in each 128-bit lane: unpacklo = channels 32 l .. 32 l + 15, unpackhi = the next 16
+      const __m512i u0 = _mm512_unpacklo_epi8(l, h), u1 = _mm512_unpackhi_epi8(l, h);
+      _mm512_storeu_si512(dst + d, _mm512_permutex2var_epi64(u0, i0, u1));
+      _mm512_storeu_si512(dst + d + 64, _mm512_permutex2var_epi64(u0, i1, u1));
+    }
+    for (; d < D; d += 32) {  // 32 or a last 16 channels
+      const int64_t nb = std::min<int64_t>(16, (D - d) / 2);
+      const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nb) - 1), src + d / 2);
+      const __m128i l = _mm_xor_si128(_mm_and_si128(b, _mm512_castsi512_si128(lo4)),
+                                      _mm512_castsi512_si128(f8));
+      const __m128i h = _mm_xor_si128(
+          _mm_and_si128(_mm_srli_epi16(b, 4), _mm512_castsi512_si128(lo4)),
+          _mm512_castsi512_si128(f8));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d), _mm_unpacklo_epi8(l, h));
+      if (nb == 16)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d + 16), _mm_unpackhi_epi8(l, h));
+    }
+  }
+}
+
+// Four staged keys k4 against a group of 4 rows' pieces qg: block r of the result = row r's
+// 256 (sum(qh u) - ch) + (sum(ql u) - cl) for the 4 keys (ch, cl: lanes 4 r + k the row's corr).
+__attribute__((always_inline)) inline __m512 DotQkInt4(const int8_t* qg, const uint8_t* const* k4,
+                                                       int64_t D, __m512i ch, __m512i cl) {
+  __m512i h[4], l[4];
+  OPENFIA_UNROLL
+  for (int k = 0; k < 4; ++k) h[k] = l[k] = _mm512_setzero_si512();
+  for (int64_t c = 0; c < D / 16; ++c) {
+    const __m512i qh = _mm512_loadu_si512(qg + c * 128), ql = _mm512_loadu_si512(qg + c * 128 + 64);
+    OPENFIA_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      const __m512i kb = _mm512_broadcast_i32x4(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(k4[k] + 16 * c)));
+      h[k] = _mm512_dpbusd_epi32(h[k], kb, qh);
+      l[k] = _mm512_dpbusd_epi32(l[k], kb, ql);
+    }
+  }
+  // Lane 4 r + j: row r's partial sum over quad j; sum the quads (integers, exact).
+  const auto reduce = [](const __m512i* a) {
+    const auto sh = [](__m512i x, __m512i y, int imm) {
+      return imm == 0x88 ? _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), 0x88))
+                         : _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), 0xDD));
+    };
+    const __m512i ab = _mm512_add_epi32(sh(a[0], a[1], 0x88), sh(a[0], a[1], 0xDD));
+    const __m512i cd = _mm512_add_epi32(sh(a[2], a[3], 0x88), sh(a[2], a[3], 0xDD));
+    return _mm512_add_epi32(sh(ab, cd, 0x88), sh(ab, cd, 0xDD));
+  };
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(reduce(h), ch)),
+                         _mm512_set1_ps(256.f), _mm512_cvtepi32_ps(_mm512_sub_epi32(reduce(l), cl)));
+}
+
+// S[r][n] = q_r . x_n for the R (>= 3) rows of a head and staged keys n < nk (kr: rows of u8):
+// the pieces qp, sigma and corr of DotPackQueryInt.
+inline void DotQkInt(const DecItem& it, const int8_t* qp, const float* sigma, const int32_t* corr,
+                     const uint8_t* const* kr, int64_t nk, float* S, DecPrefetch& pf) {
+  const int64_t D = it.D, R = it.R, TNk = kTileKeys;
+  for (int64_t g = 0; 4 * g < R; ++g) {
+    const int8_t* qg = qp + g * D * 8;
+    const int64_t rows = std::min<int64_t>(4, R - 4 * g);
+    const int32_t* cg = corr + 8 * g;  // rows 4 g .. 4 g + 3 (pad rows: 0)
+    const __m512i ch = _mm512_set_epi32(cg[6], cg[6], cg[6], cg[6], cg[4], cg[4], cg[4], cg[4],
+                                        cg[2], cg[2], cg[2], cg[2], cg[0], cg[0], cg[0], cg[0]);
+    const __m512i cl = _mm512_set_epi32(cg[7], cg[7], cg[7], cg[7], cg[5], cg[5], cg[5], cg[5],
+                                        cg[3], cg[3], cg[3], cg[3], cg[1], cg[1], cg[1], cg[1]);
+    for (int64_t n0 = 0; n0 < nk; n0 += 16) {
+      pf.Tick();
+      __m512 out[4];
+      OPENFIA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t* k4[4];
+        for (int k = 0; k < 4; ++k) k4[k] = kr[std::min<int64_t>(n0 + 4 * i + k, nk - 1)];
+        out[i] = DotQkInt4(qg, k4, D, ch, cl);
+      }
+      const __m512 t0 = _mm512_shuffle_f32x4(out[0], out[1], 0x44);
+      const __m512 t1 = _mm512_shuffle_f32x4(out[0], out[1], 0xEE);
+      const __m512 t2 = _mm512_shuffle_f32x4(out[2], out[3], 0x44);
+      const __m512 t3 = _mm512_shuffle_f32x4(out[2], out[3], 0xEE);
+      const __m512 row[4] = {_mm512_shuffle_f32x4(t0, t2, 0x88), _mm512_shuffle_f32x4(t0, t2, 0xDD),
+                             _mm512_shuffle_f32x4(t1, t3, 0x88), _mm512_shuffle_f32x4(t1, t3, 0xDD)};
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t rr = 4 * g + r;
+        _mm512_storeu_ps(S + rr * TNk + n0, _mm512_mul_ps(row[r], _mm512_set1_ps(sigma[rr])));
+      }
+    }
+  }
+}
+
 // P V keeps each 32 channels [c, c + 32) of an accumulator row as [16 lanes lo | 16 lanes hi]
 // with lane i of lo channel c + 8 (i / 4) + i % 4 and of hi channel c + 8 (i / 4) + 4 + i % 4:
 // the order VPUNPCK{L,H}WD give the value pairs (an in-lane interleave, cheaper than a

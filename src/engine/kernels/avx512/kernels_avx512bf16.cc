@@ -24,7 +24,7 @@
 #include <immintrin.h>
 // The target's instructions apply from here on only (kernels_avx512.cc says why).
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vnni,fma,f16c")
 
 namespace openfia::internal::avx512bf16_target {
 

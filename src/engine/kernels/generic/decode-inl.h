@@ -112,9 +112,12 @@ inline int64_t DecRowsPad(int64_t R) { return R <= 2 ? R : (R + 3) / 4 * 4; }
 // two bf16 packs [2][rows][D / 2], with rows = MaxItemRows(p) >= n_hk * DecRowsPad(R); scores and
 // fp32 P of one head [2][16][TN], P' as bf16 [16][TN / 2]; per-key parameters [4][TN]; K and V
 // rows staged as bf16 [TN][(D + Dv) / 2]; per-channel parameters [2][D + Dv]; three per-row sums
-// [3][rows]; per KV head, whether it runs the reference's element order [rows].
+// [3][rows]; per KV head, whether it runs the reference's element order [rows]; the integer
+// query pieces' scales and corrections [3][rows] (the pieces themselves in the bf16 packs' place).
 struct DecScratch {
-  float *q, *S, *P, *pb, *kpar, *kstage, *vstage, *kchan, *vchan, *aux, *qsum, *crow, *exact;
+  float *q, *S, *P, *pb, *kpar, *kstage, *vstage, *kchan, *vchan, *aux, *qsum, *crow, *exact,
+      *qsig;
+  int32_t* qcorr;
   uint32_t* qdot;
 };
 inline int64_t DecScratchFloats(const Problem& p, DecScratch* s, float* base) {
@@ -139,6 +142,8 @@ inline int64_t DecScratchFloats(const Problem& p, DecScratch* s, float* base) {
   s->qsum = take(rows);
   s->crow = take(rows);
   s->exact = take(rows);
+  s->qsig = take(rows);
+  s->qcorr = reinterpret_cast<int32_t*>(take(2 * rows));
   return f - base;
 }
 inline ScratchSize DecodeScratchSize(const Problem& p) {
@@ -288,6 +293,7 @@ struct DecItem {
   float scale;
   Elem qe;
   bool dot_qk = false, dot_pv = false;
+  bool int_qk = false;  // int8 / int4 keys by VPDPBUSD (decode_dot-inl.h)
 };
 
 // Per-key parameters of head h (per token, head or tensor; 1, 0 for a float side) of the tile.
@@ -652,6 +658,8 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   it.qe = p.q.elem;
 #if defined(OPENFIA_DECODE_DOT)
   it.dot_qk = it.qe == Elem::kBF16 && Bf16DotTiles();
+  // Three or more rows fill the integer products' 4-row groups well enough.
+  it.int_qk = it.dot_qk && it.ks.quant() && it.R >= 3;
 #endif
   const int64_t R = it.R, nh = it.nh, D = it.D, Dv = it.Dv, TNk = kTileKeys;
   const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), Rp = DecRowsPad(R);
@@ -663,7 +671,8 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   // Query rows as fp32 [nh][Rp][D] (rows past R zero), with per-channel K parameters folded in
   // (q' = q s), their sums, and the rows' per-channel K constants sum(q' (o - bias)) (int4 keys
   // staged for VDPBF16PS hold bias + x).
-  const float kbias_st = it.dot_qk && it.ks.fmt == DecFmt::kI4 ? kDecI4Bias : 0.f;
+  const float kbias_st =
+      it.dot_qk && !it.int_qk && it.ks.fmt == DecFmt::kI4 ? kDecI4Bias : 0.f;
   for (int64_t x = 0; x < nh; ++x) {
     const bool exact =
         !DecChanFinite(it.ks, D, w.hk + x) || !DecChanFinite(it.vs, Dv, w.hk + x);
@@ -694,27 +703,35 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       sc.crow[x * R + r] = V::ReduceSum(c);
     }
   }
+  float kbias = kbias_st;
 #if defined(OPENFIA_DECODE_DOT)
   it.dot_qk = it.dot_qk && DotQueryOk(sc.q, nh * Rp * D);
   it.dot_pv = it.dot_qk;
+  it.int_qk = it.int_qk && it.dot_qk;
   uint32_t* qhi = sc.qdot;
   uint32_t* qlo = sc.qdot + nh * Rp * D / 2;  // per-channel K: q' = hi + lo
-  if (it.dot_qk)
+  int8_t* qint = reinterpret_cast<int8_t*>(sc.qdot);
+  const int32_t kc = it.ks.fmt == DecFmt::kI8 ? 128 : 8;  // the staged keys' bias
+  for (int64_t x = 0; it.int_qk && x < nh; ++x)
+    it.int_qk = DotPackQueryInt(sc.q + x * Rp * D, Rp, D, kc, qint + x * Rp * D * 2,
+                                sc.qsig + x * Rp, sc.qcorr + x * 2 * Rp);
+  if (it.dot_qk && !it.int_qk) {
+    kbias = it.ks.fmt == DecFmt::kI4 ? kDecI4Bias : 0.f;
     for (int64_t x = 0; x < nh; ++x) {
       DotPackQuery(sc.q + x * Rp * D, R, D, qhi + x * Rp * D / 2, false);
       if (it.ks.chan) DotPackQuery(sc.q + x * Rp * D, R, D, qlo + x * Rp * D / 2, true);
     }
+  }
 #endif
-  // If the kernel fell back to fp32 products, per-channel int4 keys are not staged.
-  const float kbias = it.dot_qk ? kbias_st : 0.f;
-  if (it.ks.chan && kbias != kbias_st)
+  if (!it.dot_qk) kbias = 0.f;  // fp32 products read the integers
+  if (it.ks.chan && kbias != kbias_st)  // the rows' constants for the keys' bias after all
     for (int64_t x = 0; x < nh; ++x) {
       if (sc.exact[x] != 0.f) continue;
       DecChanParams(it.ks, D, w.hk + x, sc.kchan);
       for (int64_t r = 0; r < R; ++r) {
         const float* q = sc.q + (x * Rp + r) * D;
         float c = 0.f;
-        for (int64_t d = 0; d < D; ++d) c += q[d] * sc.kchan[D + d];
+        for (int64_t d = 0; d < D; ++d) c += q[d] * (sc.kchan[D + d] - kbias);
         sc.crow[x * R + r] = c;
       }
     }
@@ -772,7 +789,14 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
 
       // S = Q K^T, then the per-key or per-channel K parameters.
 #if defined(OPENFIA_DECODE_DOT)
-      if (it.dot_qk) {
+      if (it.int_qk) {
+        uint8_t* st = reinterpret_cast<uint8_t*>(sc.kstage);
+        DotStageU8(it.ks.fmt, t.k, t.kstep, x, nk, D, st, D);
+        const uint8_t* kr[kTileKeys];
+        for (int64_t n = 0; n < nk; ++n) kr[n] = st + n * D;
+        DotQkInt(it, qint + x * Rp * D * 2, sc.qsig + x * Rp, sc.qcorr + x * 2 * Rp, kr, nk, S,
+                 pf);
+      } else if (it.dot_qk) {
         const char* kr[kTileKeys];
         if (it.ks.quant()) {
           uint16_t* st = reinterpret_cast<uint16_t*>(sc.kstage);
