@@ -646,7 +646,7 @@ TEST(Engine, DecodeHugeAntiquantValues) {
       cvt::Store(ks, Elem::kBF16, 2 * s.d_qk + 9, 2e33f);  // KV head 2, channel 9: |K| ~1.6e34
     else  // batch 0, token 100 (storage tokens per batch: sb): |K| ~1.3e34
       cvt::Store(ks, Elem::kBF16, 0 * p.k.dequant.sb + 100, 1e32f);
-    EXPECT_GT(DecodeItems(p), 0);
+    if (TargetOps("avx2") != nullptr) EXPECT_GT(DecodeItems(p), 0);
     c.ResetOutputs();
     RunReference(p);
     const std::vector<uint8_t> ref(c.out(), c.out() + c.out_bytes());
