@@ -41,6 +41,17 @@ inline void MergeSoftmax(SoftmaxRow& dst, float* dst_acc, const SoftmaxRow& src,
 struct RowFinal {
   float factor = 0.f, denom = 1.f, lse = std::numeric_limits<float>::infinity();
 };
+// Without a sink.
+inline bool FinalizeSoftmax(const SoftmaxRow& r, RowFinal* f) {
+  if (r.empty()) {
+    *f = RowFinal{};
+    return false;
+  }
+  f->factor = 1.f;
+  f->denom = r.l;
+  f->lse = r.m + std::log(r.l);
+  return true;
+}
 inline bool FinalizeSoftmax(const SoftmaxRow& r, float sink, RowFinal* f) {
   if (r.empty()) {
     *f = RowFinal{};
