@@ -33,9 +33,8 @@ namespace {
 // Writes the final output row (b, h, query i) from its merged state.
 void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRow& st,
               const float* acc, const VectorOps& k) {
-  const float sink = p.sinks ? p.sinks[h] : std::numeric_limits<float>::quiet_NaN();
   RowFinal f;
-  const bool any = FinalizeSoftmax(st, sink, &f);
+  const bool any = p.sinks ? FinalizeSoftmax(st, p.sinks[h], &f) : FinalizeSoftmax(st, &f);
   const int64_t row = p.q_begin[b] + i;
   const int64_t o = b * p.out_sb + h * p.out_sh + row * p.out_ss;
   const bool quant = p.out_elem == Elem::kI8;
