@@ -72,25 +72,22 @@ void UnlockSettings() { g_simd_mu.unlock(); }
 void ReadEnv() {
   pthread_atfork(LockSettings, UnlockSettings, UnlockSettings);
   // An empty variable counts as unset (VAR= in a shell).
-  const auto get = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v ? std::string(v) : std::string();
-  };
-  if (const std::string s = get("OPENFIA_IMPL"); !s.empty()) {
+  const auto str = [](const char* v) { return v ? std::string(v) : std::string(); };
+  if (const std::string s = str(std::getenv("OPENFIA_IMPL")); !s.empty()) {
     if (s == "ref" || s == "reference") g_impl = static_cast<int>(Impl::kReference);
     else if (s == "engine") g_impl = static_cast<int>(Impl::kEngine);
     else if (s != "auto") g_bad_impl.value = s, g_bad_impl.bad = true;
   }
-  if (const std::string s = get("OPENFIA_NUM_THREADS"); !s.empty()) {
+  if (const std::string s = str(std::getenv("OPENFIA_NUM_THREADS")); !s.empty()) {
     if (const int n = ParseThreads(s)) g_threads = n;
     else g_bad_threads.value = s, g_bad_threads.bad = true;
   }
-  if (const std::string s = get("OPENFIA_SIMD"); !s.empty()) {
+  if (const std::string s = str(std::getenv("OPENFIA_SIMD")); !s.empty()) {
     if (IsSimdCap(s)) g_simd_cap = s;
     else g_bad_simd.value = s, g_bad_simd.bad = true;
   }
   g_cap_bf16 = g_simd_cap == "avx512bf16";
-  g_kernel = get("OPENFIA_KERNEL");
+  g_kernel = str(std::getenv("OPENFIA_KERNEL"));
 }
 
 void EnsureEnv() { std::call_once(g_env_once, ReadEnv); }
