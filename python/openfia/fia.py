@@ -44,12 +44,12 @@ def _native_kwargs(query, key, value, kw):
             out[name] = N.dense_capsule(v)
     for name in ("actual_seq_lengths", "actual_seq_lengths_kv"):
         if kw[name] is not None:
-            out[name] = N.int_list(kw[name])
+            out[name] = N.int_list(kw[name], NAME, name)
     for name in _INT_ARGS:
-        out[name] = int(kw[name])
-    out["scale"] = float(kw["scale"])
-    out["input_layout"] = str(kw["input_layout"])
-    out["softmax_lse_flag"] = bool(kw["softmax_lse_flag"])
+        out[name] = N.integer(kw[name], NAME, name)
+    out["scale"] = N.real(kw["scale"], NAME, "scale")
+    out["input_layout"] = N.string(kw["input_layout"], NAME, "input_layout")
+    out["softmax_lse_flag"] = N.boolean(kw["softmax_lse_flag"], NAME, "softmax_lse_flag")
     return out
 
 
@@ -69,7 +69,8 @@ def fia_output_spec(query, key, value, **kwargs):
             raise TypeError(f"fia_output_spec() got an unexpected keyword argument '{name}'")
         kw[name] = v
     for name in _INT_TENSOR_ARGS:
-        kw[name] = N.int64_tensor(kw[name])
+        kw[name] = N.int64_tensor(kw[name], NAME, name)
+    N.traced(NAME, query=query, key=key, value=value, **{n: kw[n] for n in _TENSOR_ARGS})
     return N.lib.fia_output_spec(**_native_kwargs(query, key, value, kw))
 
 
@@ -98,22 +99,39 @@ def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_
     is_list = isinstance(key, (list, tuple)) or isinstance(value, (list, tuple))
     if is_list:
         key, value = list(key), list(value)
-    query_padding_size = N.int64_tensor(query_padding_size)
-    kv_padding_size = N.int64_tensor(kv_padding_size)
-    actual_shared_prefix_len = N.int64_tensor(actual_shared_prefix_len)
-    if not N.traced(query, key[0] if is_list and key else key):
+    query_padding_size = N.int64_tensor(query_padding_size, NAME, "query_padding_size")
+    kv_padding_size = N.int64_tensor(kv_padding_size, NAME, "kv_padding_size")
+    actual_shared_prefix_len = N.int64_tensor(actual_shared_prefix_len, NAME,
+                                              "actual_shared_prefix_len")
+    if not N.traced(NAME, query=query, key=key, value=value, pse_shift=pse_shift,
+                    atten_mask=atten_mask, dequant_scale1=dequant_scale1,
+                    quant_scale1=quant_scale1, dequant_scale2=dequant_scale2,
+                    quant_scale2=quant_scale2, quant_offset2=quant_offset2,
+                    antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset,
+                    block_table=block_table, query_padding_size=query_padding_size,
+                    kv_padding_size=kv_padding_size, key_antiquant_scale=key_antiquant_scale,
+                    key_antiquant_offset=key_antiquant_offset,
+                    value_antiquant_scale=value_antiquant_scale,
+                    value_antiquant_offset=value_antiquant_offset,
+                    key_shared_prefix=key_shared_prefix, value_shared_prefix=value_shared_prefix,
+                    actual_shared_prefix_len=actual_shared_prefix_len, query_rope=query_rope,
+                    key_rope=key_rope, key_rope_antiquant_scale=key_rope_antiquant_scale):
         # Plain CPU tensors in eager mode: the native call itself, with every argument by name
         # (locals(); the dispatcher's conversion of this 40-argument schema costs ~30 us, about
         # as much as the rest of a short decode call).
         return native_call(query, key, value, locals())
-    if isinstance(actual_seq_lengths, torch.Tensor):
-        actual_seq_lengths = actual_seq_lengths.tolist()
-    if isinstance(actual_seq_lengths_kv, torch.Tensor):
-        actual_seq_lengths_kv = actual_seq_lengths_kv.tolist()
-    if isinstance(actual_seq_lengths, int):
-        actual_seq_lengths = [actual_seq_lengths]
-    if isinstance(actual_seq_lengths_kv, int):
-        actual_seq_lengths_kv = [actual_seq_lengths_kv]
+    if torch.compiler.is_compiling():  # lengths may be SymInts: as torch's own ops take them
+        if isinstance(actual_seq_lengths, torch.Tensor):
+            actual_seq_lengths = actual_seq_lengths.tolist()
+        if isinstance(actual_seq_lengths_kv, torch.Tensor):
+            actual_seq_lengths_kv = actual_seq_lengths_kv.tolist()
+        if isinstance(actual_seq_lengths, int):
+            actual_seq_lengths = [actual_seq_lengths]
+        if isinstance(actual_seq_lengths_kv, int):
+            actual_seq_lengths_kv = [actual_seq_lengths_kv]
+    else:
+        actual_seq_lengths = N.int_list(actual_seq_lengths, NAME, "actual_seq_lengths")
+        actual_seq_lengths_kv = N.int_list(actual_seq_lengths_kv, NAME, "actual_seq_lengths_kv")
     op = torch.ops.openfia.npu_fused_infer_attention_score
     op = op.tensorlist if is_list else op.default
     return op(query, key, value, pse_shift=pse_shift, atten_mask=atten_mask,
