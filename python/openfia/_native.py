@@ -89,26 +89,46 @@ def capsule(t):
     return t
 
 
-def data(t):
+def _check(t, op, name):
+    """t is a CPU tensor (the native call's operands): else an OpenfiaTypeError (not a tensor)
+    or an OpenfiaError (another device) naming the argument. The leading tensors decide the
+    path (traced); this catches the others, on the native path only, where it costs nothing
+    more than the conversion that follows."""
+    if type(t) in _plain_types() and t.is_cpu:
+        return
+    if not isinstance(t, torch.Tensor):
+        raise type_error(op, name, "must be a torch.Tensor", _kind(t))
+    if not t.is_cpu:
+        raise error(op, name, "must be on the CPU like the call's other tensors (a meta or "
+                    "another device's tensor beside CPU tensors is taken only while tracing)",
+                    str(t.device))
+
+
+def data(t, op=None, name=None):
     """A tensor the library reads through its strides (no copy). DLPack cannot export a tensor
-    that requires grad; the operators are inference-only, so the data is read as is."""
-    if t is not None and getattr(t, "requires_grad", False):
+    that requires grad; the operators are inference-only, so the data is read as is. With `op`
+    and `name` the tensor is checked first (_check)."""
+    if t is None:
+        return None
+    if op is not None:
+        _check(t, op, name)
+    if getattr(t, "requires_grad", False):
         return t.detach()
     return t
 
 
-def dense(t):
+def dense(t, op=None, name=None):
     """A tensor the library reads densely: detached, and a contiguous copy only of a view that
     is not contiguous (the C++ API follows the NPU, which rejects non-contiguous inputs; torch
     users routinely hold transposed or sliced views)."""
-    t = data(t)
+    t = data(t, op, name)
     if t is not None and hasattr(t, "is_contiguous") and not t.is_contiguous():
         t = t.contiguous()
     return t
 
 
-def dense_capsule(t):
-    return capsule(dense(t))
+def dense_capsule(t, op=None, name=None):
+    return capsule(dense(t, op, name))
 
 
 def capsules(kw):
@@ -273,22 +293,26 @@ def one_device(op, **tensors):
     return ts
 
 
-def traced(op, **tensors) -> bool:
+def traced(op, **leading) -> bool:
     """Whether a call must go through the dispatcher (torch.ops.openfia.*): while torch.compile /
     export traces, while a TorchDispatchMode is active (FakeTensorMode, FlopCounterMode, a user's
-    logging mode: they see the op), for tensor subclasses the native call cannot read (fake,
-    functional, ...), and when every tensor is on one other device (meta: shapes only). Plain CPU
+    logging mode: they see the op), for tensors the native call cannot read (fake, functional or
+    other subclasses, meta or other devices). The caller passes its leading tensors by name,
+    which fake and meta modes make alike; they are checked here (a non-tensor is an
+    OpenfiaTypeError, differing devices an OpenfiaError, naming the argument), the others where
+    the native path converts them (_check) and in the fake kernels (one_device). Plain CPU
     tensors in eager mode take the direct native call: the dispatcher's argument conversion
-    costs ~30-40 us, about as much as a short decode. Checks every tensor argument on the way
-    (one_device): a non-tensor is an OpenfiaTypeError naming it."""
+    costs ~30-40 us, about as much as a short decode."""
     if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
         return True
-    ts = _tensors(op, tensors.items())
     plain = _plain_types()
-    if any(type(t) not in plain for _, t in ts):
-        return True
-    one_device(op, **tensors)
-    return bool(ts) and ts[0][1].device.type != "cpu"
+    for t in leading.values():
+        if not (t is None or (type(t) in plain and t.is_cpu)):
+            break
+    else:
+        return False  # the common case: plain CPU tensors
+    ts = one_device(op, **leading)
+    return any(type(t) not in plain or not t.is_cpu for _, t in ts)
 
 
 def keyword_defaults(fn):

@@ -52,8 +52,7 @@ def merge_attention_states(out_a, lse_a, out_b=None, lse_b=None, *, input_layout
     `out` / `lse` may be given (written in place; they may be out_a / lse_a themselves), else
     they are allocated with out_dtype (default: out_a's dtype) and float32. Under
     torch.compile (without out / lse) it is the op torch.ops.openfia.merge_attention_states."""
-    if out is None and lse is None and N.traced(NAME, out_a=out_a, lse_a=lse_a, out_b=out_b,
-                                                lse_b=lse_b):
+    if out is None and lse is None and N.traced(NAME, out_a=out_a, lse_a=lse_a):
         return torch.ops.openfia.merge_attention_states(out_a, lse_a, out_b, lse_b,
                                                         input_layout=input_layout,
                                                         out_dtype=out_dtype)

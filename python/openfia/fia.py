@@ -31,17 +31,17 @@ _INT_TENSOR_ARGS = ("query_padding_size", "kv_padding_size", "actual_shared_pref
 
 def _native_kwargs(query, key, value, kw):
     """Keyword arguments of the native functions for one call (names as in torch_npu)."""
-    out = {"query": N.dense_capsule(query)}
+    out = {"query": N.dense_capsule(query, NAME, "query")}
     if isinstance(key, (list, tuple)) or isinstance(value, (list, tuple)):
-        out["key_list"] = [N.dense_capsule(t) for t in key]
-        out["value_list"] = [N.dense_capsule(t) for t in value]
+        out["key_list"] = [N.dense_capsule(t, NAME, "key") for t in key]
+        out["value_list"] = [N.dense_capsule(t, NAME, "value") for t in value]
     else:
-        out["key"] = N.dense_capsule(key)
-        out["value"] = N.dense_capsule(value)
+        out["key"] = N.dense_capsule(key, NAME, "key")
+        out["value"] = N.dense_capsule(value, NAME, "value")
     for name in _TENSOR_ARGS:
         v = kw[name]
         if v is not None:
-            out[name] = N.dense_capsule(v)
+            out[name] = N.dense_capsule(v, NAME, name)
     for name in ("actual_seq_lengths", "actual_seq_lengths_kv"):
         if kw[name] is not None:
             out[name] = N.int_list(kw[name], NAME, name)
@@ -70,7 +70,6 @@ def fia_output_spec(query, key, value, **kwargs):
         kw[name] = v
     for name in _INT_TENSOR_ARGS:
         kw[name] = N.int64_tensor(kw[name], NAME, name)
-    N.traced(NAME, query=query, key=key, value=value, **{n: kw[n] for n in _TENSOR_ARGS})
     return N.lib.fia_output_spec(**_native_kwargs(query, key, value, kw))
 
 
@@ -103,19 +102,7 @@ def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_
     kv_padding_size = N.int64_tensor(kv_padding_size, NAME, "kv_padding_size")
     actual_shared_prefix_len = N.int64_tensor(actual_shared_prefix_len, NAME,
                                               "actual_shared_prefix_len")
-    if not N.traced(NAME, query=query, key=key, value=value, pse_shift=pse_shift,
-                    atten_mask=atten_mask, dequant_scale1=dequant_scale1,
-                    quant_scale1=quant_scale1, dequant_scale2=dequant_scale2,
-                    quant_scale2=quant_scale2, quant_offset2=quant_offset2,
-                    antiquant_scale=antiquant_scale, antiquant_offset=antiquant_offset,
-                    block_table=block_table, query_padding_size=query_padding_size,
-                    kv_padding_size=kv_padding_size, key_antiquant_scale=key_antiquant_scale,
-                    key_antiquant_offset=key_antiquant_offset,
-                    value_antiquant_scale=value_antiquant_scale,
-                    value_antiquant_offset=value_antiquant_offset,
-                    key_shared_prefix=key_shared_prefix, value_shared_prefix=value_shared_prefix,
-                    actual_shared_prefix_len=actual_shared_prefix_len, query_rope=query_rope,
-                    key_rope=key_rope, key_rope_antiquant_scale=key_rope_antiquant_scale):
+    if not N.traced(NAME, query=query, key=key, value=value):
         # Plain CPU tensors in eager mode: the native call itself, with every argument by name
         # (locals(); the dispatcher's conversion of this 40-argument schema costs ~30 us, about
         # as much as the rest of a short decode call).
