@@ -184,9 +184,9 @@ Pool& GetPool() {
 
 int NumWorkers() { return std::max(1, GetNumThreads()); }
 
-void ParallelFor(int64_t n, const std::function<void(int64_t, int)>& fn) {
+void ParallelFor(int64_t n, const std::function<void(int64_t, int)>& fn, int workers) {
   if (n <= 0) return;
-  const int workers = NumWorkers();
+  if (workers <= 0) workers = NumWorkers();
   if (n == 1 || workers == 1 || t_in_worker) {
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;

@@ -153,8 +153,8 @@ void MergeAttentionStates(const AttentionState& a, const AttentionState& b,
   // ---- merge, one (b, n) plane of S rows per item ----
   const bool has_b = b.out.defined();
   const int64_t D = dims.d;
-  std::vector<std::vector<double>> scratch(internal::NumWorkers(),
-                                           std::vector<double>(2 * static_cast<size_t>(D)));
+  const int workers = internal::NumWorkers();
+  std::vector<std::vector<double>> scratch(workers, std::vector<double>(2 * static_cast<size_t>(D)));
   internal::ParallelFor(dims.b * dims.n, [&](int64_t item, int worker) {
     const int64_t bi = item / dims.n, ni = item % dims.n;
     double* va = scratch[worker].data();
@@ -198,7 +198,7 @@ void MergeAttentionStates(const AttentionState& a, const AttentionState& b,
       StoreRow(dst.out, At(dst.out, bi, ni, s), dst.out.strides[3], D, va);
       *reinterpret_cast<float*>(At(dst.lse, bi, ni, s)) = static_cast<float>(lse);
     }
-  });
+  }, workers);
 }
 
 }  // namespace openfia
