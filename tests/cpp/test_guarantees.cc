@@ -21,6 +21,7 @@
 #include "common/parallel.h"
 #include "common/views.h"
 #include "openfia/openfia.h"
+#include "settings_scope.h"
 #include "test_kvqsfa_util.h"
 #include "test_sas_fixture.h"
 
@@ -43,22 +44,8 @@ void ExpectError(const std::function<void()>& f, const std::string& argument,
   }
 }
 
-class ImplScope {
- public:
-  explicit ImplScope(Impl i) : prev_(GetImpl()) { SetImpl(i); }
-  ~ImplScope() { SetImpl(prev_); }
-
- private:
-  Impl prev_;
-};
-class ThreadsScope {
- public:
-  explicit ThreadsScope(int n) : prev_(GetNumThreads()) { SetNumThreads(n); }
-  ~ThreadsScope() { SetNumThreads(prev_); }
-
- private:
-  int prev_;
-};
+using testutil::ImplScope;
+using testutil::ThreadsScope;
 
 // ---- settings ----------------------------------------------------------------------------
 

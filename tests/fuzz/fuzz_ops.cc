@@ -36,6 +36,7 @@
 
 #include "common/numeric.h"
 #include "openfia/openfia.h"
+#include "settings_scope.h"
 #include "test_arena.h"
 #include "test_kvqsfa_util.h"
 #include "test_sas_fixture.h"
@@ -644,20 +645,11 @@ struct Counts {
   int64_t generated_rejected = 0;  // unchanged FIA calls the operator refused
 };
 
-class ImplThreads {
- public:
-  ImplThreads(Impl impl, int threads) : impl_(GetImpl()), threads_(GetNumThreads()) {
-    SetImpl(impl);
-    SetNumThreads(threads);
-  }
-  ~ImplThreads() {
-    SetImpl(impl_);
-    SetNumThreads(threads_);
-  }
-
- private:
-  Impl impl_;
-  int threads_;
+// The implementation and the thread count for one scope.
+struct ImplThreads {
+  ImplThreads(Impl impl, int threads) : impl(impl), threads(threads) {}
+  testutil::ImplScope impl;
+  testutil::ThreadsScope threads;
 };
 
 // The engine's and the reference's outputs of a changed call: the same NaN and infinity
