@@ -76,8 +76,8 @@ void CheckAliasOrDisjoint(const TensorView& dst, const char* dst_name, const Ten
                 ", strides ", src.strides);
 }
 
-void CheckOutputsDisjoint(std::initializer_list<NamedView> outputs,
-                          std::initializer_list<NamedView> inputs) {
+void CheckOutputsDisjoint(const std::vector<NamedView>& outputs,
+                          const std::vector<NamedView>& inputs) {
   for (auto o = outputs.begin(); o != outputs.end(); ++o) {
     if (!o->view->defined()) continue;
     for (const NamedView& in : inputs)
@@ -85,6 +85,10 @@ void CheckOutputsDisjoint(std::initializer_list<NamedView> outputs,
     for (auto p = outputs.begin(); p != o; ++p)
       CheckAliasOrDisjoint(*o->view, o->name, *p->view, p->name, false);
   }
+}
+void CheckOutputsDisjoint(std::initializer_list<NamedView> outputs,
+                          std::initializer_list<NamedView> inputs) {
+  CheckOutputsDisjoint(std::vector<NamedView>(outputs), std::vector<NamedView>(inputs));
 }
 
 TensorView Snapshot::Take(const TensorView& t, const char* name) {

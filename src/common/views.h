@@ -45,6 +45,8 @@ struct NamedView {
 // the call reads an input it overlaps would change the input under the computation).
 void CheckOutputsDisjoint(std::initializer_list<NamedView> outputs,
                           std::initializer_list<NamedView> inputs);
+void CheckOutputsDisjoint(const std::vector<NamedView>& outputs,
+                          const std::vector<NamedView>& inputs);
 
 // Contiguous copies, in memory this object owns, of the caller's index tensors (block tables,
 // sequence lengths, sparse indices, metadata words). Validation and computation read only the

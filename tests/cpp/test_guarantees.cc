@@ -198,6 +198,70 @@ TEST(Outputs, SasOutputsOverlappingInputsOrEachOtherAreRejected) {
       "metadata", "must not overlap 'seqused_kv'");
 }
 
+// A small BSND FusedInferAttentionScore call over `mem` (q [1, 2, 4, 16], k / v [1, 5, 4, dv]).
+struct FiaSmall {
+  std::vector<float> q = std::vector<float>(2 * 4 * 16), k = std::vector<float>(5 * 4 * 16);
+  std::vector<float> out = std::vector<float>(2 * 4 * 16), lse = std::vector<float>(4 * 2);
+  FiaArgs a;
+  explicit FiaSmall(int64_t dv) {
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 7) % 13) / 13.f - 0.5f;
+    for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>((i * 5) % 11) / 11.f - 0.5f;
+    a.query = TensorView(q.data(), DType::kFloat32, {1, 2, 4, 16});
+    a.key = TensorView(k.data(), DType::kFloat32, {1, 5, 4, 16});
+    a.value = TensorView(k.data(), DType::kFloat32, {1, 5, 4, dv});
+    a.num_heads = 4;
+    a.input_layout = "BSND";
+    a.softmax_lse_flag = true;
+  }
+  TensorView Out(int64_t dv) { return TensorView(out.data(), DType::kFloat32, {1, 2, 4, dv}); }
+  TensorView Lse() { return TensorView(lse.data(), DType::kFloat32, {1, 4, 2, 1}); }
+};
+
+TEST(Outputs, FiaOutputOverlappingAnInputIsRejected) {
+  FiaSmall f(16);
+  ExpectError([&] { FusedInferAttentionScore(f.a, TensorView(f.k.data() + 8, DType::kFloat32,
+                                                               {1, 2, 4, 16}), f.Lse()); },
+              "attention_out", "must not overlap 'key'");
+  ExpectError([&] { FusedInferAttentionScore(f.a, f.Out(16), TensorView(f.out.data() + 3,
+                                                                        DType::kFloat32,
+                                                                        {1, 4, 2, 1})); },
+              "softmax_lse", "must not overlap 'attention_out'");
+}
+
+// The lse does not depend on V: a value head size of 0 still gives every row's log-sum-exp.
+TEST(Errors, FiaValueHeadSize0KeepsTheLse) {
+  for (Impl impl : {Impl::kEngine, Impl::kReference}) {
+    SCOPED_TRACE(impl == Impl::kEngine ? "engine" : "reference");
+    ImplScope scope(impl);
+    FiaSmall with(16), without(0);
+    FusedInferAttentionScore(with.a, with.Out(16), with.Lse());
+    FusedInferAttentionScore(without.a, without.Out(0), without.Lse());
+    for (size_t i = 0; i < with.lse.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(without.lse[i])) << i;
+      EXPECT_EQ(without.lse[i], with.lse[i]) << i;
+    }
+  }
+}
+
+TEST(Errors, FiaTndWithoutBatchesAndUnbackedHugeBatchesAreRefused) {
+  FiaSmall f(16);
+  FiaArgs tnd = f.a;
+  tnd.input_layout = "TND";
+  tnd.query = TensorView(f.q.data(), DType::kFloat32, {2, 4, 16});
+  tnd.key = tnd.value = TensorView(f.k.data(), DType::kFloat32, {5, 4, 16});
+  tnd.actual_seq_lengths = std::vector<int64_t>{};
+  tnd.actual_seq_lengths_kv = std::vector<int64_t>{};
+  ExpectError([&] { FusedInferAttentionScoreOutputSpec(tnd); }, "actual_seq_lengths",
+              "at least one");
+  // 2^28 batches of nothing: refused before any per-batch bookkeeping is sized.
+  FiaArgs empty = f.a;
+  empty.query = TensorView(nullptr, DType::kFloat32, {int64_t{1} << 28, 0, 4, 16});
+  empty.key = empty.value = empty.query;
+  ExpectError([&] { FusedInferAttentionScoreOutputSpec(empty); }, "query", "65536");
+  empty.query.sizes[0] = empty.key.sizes[0] = empty.value.sizes[0] = 65536;
+  EXPECT_NO_THROW(FusedInferAttentionScoreOutputSpec(empty));
+}
+
 // ---- named causes ---------------------------------------------------------------------------
 
 TEST(Errors, MetadataWithNullDataIsNamedAsSuch) {

@@ -92,7 +92,25 @@ def sas_call():
     return call, tables, {"cmp_sparse_indices": idx, "seqused_kv": seqused}
 
 
-CALLS = {"kvqsfa": kvqsfa_call, "sas": sas_call}
+def fia_call():
+    g = torch.Generator().manual_seed(2)
+    B, N, KVN, D, S2, bs = 2, 8, 2, 64, 1024, 128
+    q = torch.randn(B, 1, N * D, generator=g).to(BF16)
+    rows = torch.randn(B * S2, KVN * D, generator=g).to(BF16)
+    n = B * S2 // bs
+    cache = torch.cat([rows, rows]).view(2 * n, bs, KVN * D)
+    table_a = torch.arange(n, dtype=torch.int32).view(B, S2 // bs)
+    tables = {"block_table": (table_a, table_a + n)}
+
+    def call(t):
+        return openfia.npu_fused_infer_attention_score(
+            q, cache, cache, num_heads=N, num_key_value_heads=KVN, input_layout="BSH",
+            scale=D ** -0.5, block_table=t["block_table"], block_size=bs,
+            actual_seq_lengths_kv=[S2, S2 - 300], softmax_lse_flag=True)
+    return call, tables, {}
+
+
+CALLS = {"kvqsfa": kvqsfa_call, "sas": sas_call, "fia": fia_call}
 BAD_IDS = (2**31 - 1, -7, 1 << 20, -(2**31))
 
 
@@ -537,6 +555,37 @@ def test_non_finite_scale_and_sinks():
             assert torch.isnan(out[:, :, 0]).all() and (out[:, :, 1] == 0).all()
     finally:
         openfia.set_impl(prev)
+
+
+def test_fia_value_head_size_0_still_gives_the_lse():
+    g = torch.Generator().manual_seed(6)
+    q, k = torch.randn(1, 2, 4, 16, generator=g), torch.randn(1, 5, 4, 16, generator=g)
+    fia = openfia.npu_fused_infer_attention_score
+    prev = openfia.get_impl()
+    try:
+        for impl in ("engine", "ref"):
+            openfia.set_impl(impl)
+            out, lse = fia(q, k, torch.empty(1, 5, 4, 0), num_heads=4, input_layout="BSND",
+                           softmax_lse_flag=True)
+            _, want = fia(q, k, k, num_heads=4, input_layout="BSND", softmax_lse_flag=True)
+            assert out.shape == (1, 2, 4, 0) and torch.isfinite(lse).all()
+            assert torch.equal(lse, want), impl  # the lse does not depend on V
+    finally:
+        openfia.set_impl(prev)
+
+
+def test_fia_tnd_without_lengths_and_empty_huge_batches_are_errors():
+    fia = openfia.npu_fused_infer_attention_score
+    qt, kt = torch.randn(3, 4, 16), torch.randn(5, 4, 16)
+    _expect(openfia.OpenfiaError, "actual_seq_lengths", fia, qt, kt, kt, num_heads=4,
+            input_layout="TND", actual_seq_lengths=[], actual_seq_lengths_kv=[])
+    t0 = time.monotonic()
+    empty = torch.empty(2**28, 0, 4, 16)  # no elements: the batch is a number alone
+    _expect(openfia.OpenfiaError, "query", fia, empty, empty, empty, num_heads=4,
+            input_layout="BSND")
+    assert time.monotonic() - t0 < 5
+    out, _ = fia(*(torch.empty(65536, 0, 4, 16),) * 3, num_heads=4, input_layout="BSND")
+    assert out.shape == (65536, 0, 4, 16)
 
 
 def test_kvqsfa_key_at_an_odd_byte_offset_is_copied():
