@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs openfia's dependencies, then builds and runs every test: C++ (GoogleTest, dev build and
-# release build, ASan+UBSan build, the scalar-only build, and an AArch64 cross build run under
-# user-mode QEMU: the NEON targets) and Python (pytest against PyTorch).
+# release build, ASan+UBSan build with a seeded run of the fuzz target, a ThreadSanitizer build of
+# the thread tests, the scalar-only build, and an AArch64 cross build run under user-mode QEMU:
+# the NEON targets) and Python (pytest against PyTorch).
 # Usage: scripts/test.sh            (OPENFIA_TIER=full for the full case list)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,16 @@ cmake --preset asan >/dev/null
 cmake --build build/asan -j"$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan -j"$JOBS" --output-on-failure
+
+echo "== fuzz (ASan + UBSan): random valid and invalid calls of every operator, seeded =="
+cmake --build build/asan -j"$JOBS" --target openfia_fuzz
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  build/asan/tests/fuzz/openfia_fuzz --seed 1 --calls 400
+
+echo "== C++ thread tests (ThreadSanitizer: concurrent calls, thread-count changes, the pool) =="
+cmake --preset tsan >/dev/null
+cmake --build build/tsan -j"$JOBS" --target openfia_thread_tests
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build/tsan/tests/cpp/openfia_thread_tests
 
 if [ -f pyproject.toml ]; then
   echo "== Python tests (pytest vs PyTorch float64) =="

@@ -10,6 +10,9 @@ enum class ErrorCode {
   kInvalidArgument,  // a value, shape or dtype breaks a documented rule
   kUnsupported,      // a combination the source documents mark as not supported
   kInternal,         // a bug in openfia
+  // The machine could not provide what a valid call needs: memory (the message names what was
+  // being allocated and its size) or worker threads (the count asked for).
+  kResourceExhausted,
 };
 
 // Thrown by every public entry point before any compute happens. what() reads

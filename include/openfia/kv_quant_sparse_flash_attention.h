@@ -41,7 +41,7 @@ struct KvqsfaArgs {
   // -1 ends the list (every later entry must be -1 too). See the header of the docs for the
   // causal threshold that skips blocks.
   TensorView sparse_indices;
-  double scale_value = 1.0;  // required in torch_npu (no default): multiplies Q K^T
+  double scale_value = 1.0;  // required in torch_npu (no default): multiplies Q K^T; finite
   int64_t key_quant_mode = 2;    // required in torch_npu; only 2 (per-tile) is supported
   int64_t value_quant_mode = 2;  // required in torch_npu; only 2 (per-tile) is supported
 
@@ -64,7 +64,8 @@ struct KvqsfaArgs {
   int64_t tile_size = 128;            // only 128
   int64_t rope_head_dim = 64;         // only 64
   // [Q_N] float32 or absent: per-head attention-sink logit added to the softmax denominator
-  // (newer torch_npu; an absent sink means no sink term).
+  // (newer torch_npu; an absent sink means no sink term). Any float: NaN makes the head's rows
+  // NaN, +inf makes them 0 (the formula's limit), -inf is no sink.
   TensorView sinks;
 };
 
@@ -76,10 +77,13 @@ struct KvqsfaOutputSpec {
 
 // Validates `args` (throws openfia::Error naming the argument, the rule and the value) and
 // returns the output shape. Reads the host-side index tensors (sequence lengths, block_table,
-// sparse_indices) to prove every memory access in range, but never the KV data.
+// sparse_indices) to prove every memory access in range, but never the KV data. Both functions
+// copy the index tensors once and use only the copy, so a caller changing them during the call
+// cannot make openfia read out of bounds.
 KvqsfaOutputSpec KvQuantSparseFlashAttentionOutputSpec(const KvqsfaArgs& args);
 
-// Computes attention_out, a contiguous tensor of the shape and dtype the spec function returns.
+// Computes attention_out, a contiguous tensor of the shape and dtype the spec function returns,
+// overlapping no input.
 // Rows that attend no key (every index -1 or skipped, rows i < S1 - S2 in sparse_mode 3, rows
 // past actual_seq_lengths_query) are 0.
 void KvQuantSparseFlashAttention(const KvqsfaArgs& args, const TensorView& attention_out);

@@ -6,6 +6,11 @@
 
 namespace openfia {
 
+// Every setting is checked where it is set: a setter given a value outside its accepted set throws
+// openfia::Error naming the value and the accepted ones; an environment variable is read once, at
+// the first use of any setting, and an invalid one makes every use of its setting throw that error
+// (naming the variable) until the setting is set explicitly.
+
 // Which implementation executes an operator.
 enum class Impl {
   kAuto,       // the fast engine where it supports the call, else the reference
@@ -14,16 +19,22 @@ enum class Impl {
 };
 
 void SetImpl(Impl impl);
-Impl GetImpl();  // honours OPENFIA_IMPL=ref|engine|auto at first use
+Impl GetImpl();  // honours OPENFIA_IMPL=ref|reference|engine|auto at first use
 
-// Worker threads used by the engine (default: OPENFIA_NUM_THREADS or the hardware concurrency).
-// Results do not depend on this number.
+// Worker threads used by the engine: 1..kMaxNumThreads (default: OPENFIA_NUM_THREADS, else the
+// hardware concurrency capped at kMaxNumThreads). Results do not depend on this number. A count
+// the system cannot start (a process thread limit) fails the next multi-threaded call with
+// ErrorCode::kResourceExhausted naming the count.
+inline constexpr int kMaxNumThreads = 1024;
 void SetNumThreads(int n);
 int GetNumThreads();
 
-// Highest SIMD target the engine may use: "scalar", "avx2", "avx512", "avx512bf16", "neon", ...
-// Also set by OPENFIA_SIMD. The default is the best the CPU supports.
+// Highest SIMD target the engine may use: one of SimdCapNames() ("scalar", "avx2", "avx512",
+// "avx512bf16", "avx512fp16", "amx", "neon", "neonbf16", "sve", "best"; another architecture's
+// names cap to scalar; "" = "best"). Also set by OPENFIA_SIMD. The default is the best the CPU
+// supports.
 void SetSimdCap(const std::string& target);
+std::vector<std::string> SimdCapNames();
 std::string SimdTarget();  // the target in effect
 
 // Forces one attention kernel for every work item instead of the target's kernel list ("" = the

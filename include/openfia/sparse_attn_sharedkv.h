@@ -38,7 +38,9 @@ struct SasMetadataArgs {
   TensorView seqused_q;          // not supported: must be absent
   TensorView seqused_kv;         // [B] int32: ori tokens per batch (absent: max_seqlen_kv each)
   int64_t batch_size = 0;        // B; 0: taken from cu_seqlens_q (TND) or seqused_kv
-  int64_t max_seqlen_q = 0;      // BSND: S1 (required); TND: an upper bound when > 0
+  // BSND: S1 (required); TND: an upper bound when > 0. A plan covers at most 2^22 query tokens
+  // (B x S1, or T): its memory would otherwise follow these two scalars alone.
+  int64_t max_seqlen_q = 0;
   int64_t max_seqlen_kv = 0;     // upper bound of seqused_kv when > 0
   int64_t ori_topk = 0;          // not supported: must be 0
   int64_t cmp_topk = 0;          // SCFA: entries per row of cmp_sparse_indices; 0: CFA
@@ -81,7 +83,9 @@ struct SasArgs {
   TensorView cu_seqlens_cmp_kv;   // int32; no effect
   TensorView seqused_q;           // not supported: must be absent
   TensorView seqused_kv;          // [B] int32: S2 per batch; required. S3 = floor(S2/cmp_ratio)
-  TensorView sinks;               // [N1] float32, contiguous; absent: no sink term
+  // [N1] float32, contiguous; absent: no sink term. Any float: NaN makes the head's rows NaN,
+  // +inf gives output 0 and lse +inf (the formula's limit), -inf is no sink.
+  TensorView sinks;
   TensorView metadata;            // [1024] int32 from SparseAttnSharedkvMetadata; absent: planned here
   std::optional<double> softmax_scale;  // nullopt: 1/sqrt(D)
   std::optional<int64_t> cmp_ratio;     // 4 or 128; required with cmp_kv
@@ -108,7 +112,9 @@ SasOutputSpec SparseAttnSharedkvOutputSpec(const SasArgs& args);
 
 // Computes attention_out (and softmax_lse when return_softmax_lse: log of the softmax
 // denominator, sink included; +inf for rows without keys). Outputs are contiguous tensors of the
-// SparseAttnSharedkvOutputSpec shapes; softmax_lse may be absent when return_softmax_lse is false.
+// SparseAttnSharedkvOutputSpec shapes, overlapping no input nor each other; softmax_lse may be
+// absent when return_softmax_lse is false. The index tensors (lengths, block tables, indices,
+// metadata) are copied once and only the copies are read.
 // Bitwise identical with or without metadata and for every thread count.
 void SparseAttnSharedkv(const SasArgs& args, const TensorView& attention_out,
                         const TensorView& softmax_lse);

@@ -19,11 +19,13 @@ work without it.
 from __future__ import annotations
 
 from . import _openfia
-from ._openfia import OpenfiaError
+from ._openfia import OpenfiaError, OpenfiaResourceError, OpenfiaTypeError
 from .fia import fia_output_spec, npu_fused_infer_attention_score
 
 __all__ = [
     "OpenfiaError",
+    "OpenfiaTypeError",
+    "OpenfiaResourceError",
     "npu_fused_infer_attention_score",
     "npu_kv_quant_sparse_flash_attention",
     "patch_torch_npu",
@@ -56,8 +58,9 @@ def get_impl() -> str:
 
 
 def set_num_threads(n: int) -> None:
-    """Worker threads of the engine; results do not depend on it."""
-    _openfia.set_num_threads(int(n))
+    """Worker threads of the engine, 1..1024; results do not depend on it. Any other value (0,
+    100000, 3.7) is an OpenfiaError naming the accepted range."""
+    _openfia.set_num_threads(n)
 
 
 def get_num_threads() -> int:

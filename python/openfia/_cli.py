@@ -38,12 +38,15 @@ ENVIRONMENT = (
     ("OPENFIA_IMPL", "library", "auto",
      "which implementation runs the operators: ref (the float64 reference), engine (the fast "
      "engine; a call it does not take is an error) or auto (the engine where it takes the call, "
-     "else the reference); read at the first call"),
-    ("OPENFIA_NUM_THREADS", "library", "the number of CPUs",
-     "worker threads of the engine (results do not depend on it)"),
+     "else the reference); read at the first call, where any other value is an error naming "
+     "the variable"),
+    ("OPENFIA_NUM_THREADS", "library", "the number of CPUs (at most 1024)",
+     "worker threads of the engine, an integer in [1, 1024] (results do not depend on it); "
+     "read at the first call, where any other value is an error naming the variable"),
     ("OPENFIA_SIMD", "library", "best",
      "the highest SIMD target the engine may use: scalar, avx2, avx512, avx512bf16, avx512fp16, "
-     "amx, neon, neonbf16, sve or best"),
+     "amx, neon, neonbf16, sve or best (another architecture's names cap to scalar); read at "
+     "the first call, where any other value is an error naming the variable"),
     ("OPENFIA_KERNEL", "library", "each call's kernel picked from the SIMD target's list",
      "forces one attention kernel for every work item (for tests and measurements); a call "
      "the kernel cannot run is then an error naming why"),
@@ -145,8 +148,21 @@ def runnable_simd_targets():
             if openfia.simd_target() == t:
                 found.append(t)
     finally:
-        openfia.set_simd_cap(os.environ.get("OPENFIA_SIMD") or "best")
+        try:
+            openfia.set_simd_cap(os.environ.get("OPENFIA_SIMD") or "best")
+        except openfia.OpenfiaError:  # an invalid OPENFIA_SIMD: `info` shows its error
+            openfia.set_simd_cap("best")
     return found
+
+
+def _setting(get):
+    """A setting's value for `info`, or the error an invalid environment variable gives."""
+    import openfia
+
+    try:
+        return get()
+    except openfia.OpenfiaError as e:
+        return f"none: {e}"
 
 
 def info(out=sys.stdout):
@@ -154,17 +170,13 @@ def info(out=sys.stdout):
 
     w = out.write
     w(f"openfia {openfia.version()} ({os.path.dirname(openfia.__file__)})\n")
-    try:
-        target = openfia.simd_target()
-    except openfia.OpenfiaError as e:  # an OPENFIA_SIMD value the library rejects
-        target = f"none: {e}"
-    w(f"SIMD target in use: {target}\n")
+    w(f"SIMD target in use: {_setting(openfia.simd_target)}\n")
     w(f"SIMD targets this CPU can run: {', '.join(runnable_simd_targets())}\n")
     kernels = getattr(openfia._openfia, "available_kernels", None)  # where the build has it
     if kernels is not None:
         w(f"attention kernels this CPU runs: {', '.join(kernels())}\n")
-    w(f"threads: {openfia.get_num_threads()}\n")
-    w(f"implementation: {openfia.get_impl()}\n")
+    w(f"threads: {_setting(openfia.get_num_threads)}\n")
+    w(f"implementation: {_setting(openfia.get_impl)}\n")
     try:
         import torch
     except ImportError:

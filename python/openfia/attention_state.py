@@ -52,7 +52,7 @@ def merge_attention_states(out_a, lse_a, out_b=None, lse_b=None, *, input_layout
     `out` / `lse` may be given (written in place; they may be out_a / lse_a themselves), else
     they are allocated with out_dtype (default: out_a's dtype) and float32. Under
     torch.compile (without out / lse) it is the op torch.ops.openfia.merge_attention_states."""
-    if out is None and lse is None and N.traced(out_a, lse_a, out_b, lse_b):
+    if out is None and lse is None and N.traced(NAME, out_a=out_a, lse_a=lse_a):
         return torch.ops.openfia.merge_attention_states(out_a, lse_a, out_b, lse_b,
                                                         input_layout=input_layout,
                                                         out_dtype=out_dtype)
@@ -62,7 +62,8 @@ def merge_attention_states(out_a, lse_a, out_b=None, lse_b=None, *, input_layout
 def native_call(out_a, lse_a, out_b, lse_b, input_layout, out, lse, out_dtype):
     """The merge on CPU tensors: views of any strides in, `out` / `lse` written (allocated when
     None)."""
-    if input_layout not in OUTPUT_LAYOUTS:
+    N.one_device(NAME, out_a=out_a, lse_a=lse_a, out_b=out_b, lse_b=lse_b, out=out, lse=lse)
+    if not isinstance(input_layout, str) or input_layout not in OUTPUT_LAYOUTS:
         raise N.error(NAME, "input_layout", "must be BSH, BSND, BNSD, BNSD_BSND or TND",
                       f"'{input_layout}'")
     n = lse_a.shape[1] if lse_a.dim() >= 2 else 0  # N: [B, N, S, 1] and [T, N, 1] alike

@@ -31,25 +31,25 @@ _INT_TENSOR_ARGS = ("query_padding_size", "kv_padding_size", "actual_shared_pref
 
 def _native_kwargs(query, key, value, kw):
     """Keyword arguments of the native functions for one call (names as in torch_npu)."""
-    out = {"query": N.dense_capsule(query)}
+    out = {"query": N.dense_capsule(query, NAME, "query")}
     if isinstance(key, (list, tuple)) or isinstance(value, (list, tuple)):
-        out["key_list"] = [N.dense_capsule(t) for t in key]
-        out["value_list"] = [N.dense_capsule(t) for t in value]
+        out["key_list"] = [N.dense_capsule(t, NAME, "key") for t in key]
+        out["value_list"] = [N.dense_capsule(t, NAME, "value") for t in value]
     else:
-        out["key"] = N.dense_capsule(key)
-        out["value"] = N.dense_capsule(value)
+        out["key"] = N.dense_capsule(key, NAME, "key")
+        out["value"] = N.dense_capsule(value, NAME, "value")
     for name in _TENSOR_ARGS:
         v = kw[name]
         if v is not None:
-            out[name] = N.dense_capsule(v)
+            out[name] = N.dense_capsule(v, NAME, name)
     for name in ("actual_seq_lengths", "actual_seq_lengths_kv"):
         if kw[name] is not None:
-            out[name] = N.int_list(kw[name])
+            out[name] = N.int_list(kw[name], NAME, name)
     for name in _INT_ARGS:
-        out[name] = int(kw[name])
-    out["scale"] = float(kw["scale"])
-    out["input_layout"] = str(kw["input_layout"])
-    out["softmax_lse_flag"] = bool(kw["softmax_lse_flag"])
+        out[name] = N.integer(kw[name], NAME, name)
+    out["scale"] = N.real(kw["scale"], NAME, "scale")
+    out["input_layout"] = N.string(kw["input_layout"], NAME, "input_layout")
+    out["softmax_lse_flag"] = N.boolean(kw["softmax_lse_flag"], NAME, "softmax_lse_flag")
     return out
 
 
@@ -69,7 +69,7 @@ def fia_output_spec(query, key, value, **kwargs):
             raise TypeError(f"fia_output_spec() got an unexpected keyword argument '{name}'")
         kw[name] = v
     for name in _INT_TENSOR_ARGS:
-        kw[name] = N.int64_tensor(kw[name])
+        kw[name] = N.int64_tensor(kw[name], NAME, name)
     return N.lib.fia_output_spec(**_native_kwargs(query, key, value, kw))
 
 
@@ -98,22 +98,27 @@ def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_
     is_list = isinstance(key, (list, tuple)) or isinstance(value, (list, tuple))
     if is_list:
         key, value = list(key), list(value)
-    query_padding_size = N.int64_tensor(query_padding_size)
-    kv_padding_size = N.int64_tensor(kv_padding_size)
-    actual_shared_prefix_len = N.int64_tensor(actual_shared_prefix_len)
-    if not N.traced(query, key[0] if is_list and key else key):
+    query_padding_size = N.int64_tensor(query_padding_size, NAME, "query_padding_size")
+    kv_padding_size = N.int64_tensor(kv_padding_size, NAME, "kv_padding_size")
+    actual_shared_prefix_len = N.int64_tensor(actual_shared_prefix_len, NAME,
+                                              "actual_shared_prefix_len")
+    if not N.traced(NAME, query=query, key=key, value=value):
         # Plain CPU tensors in eager mode: the native call itself, with every argument by name
         # (locals(); the dispatcher's conversion of this 40-argument schema costs ~30 us, about
         # as much as the rest of a short decode call).
         return native_call(query, key, value, locals())
-    if isinstance(actual_seq_lengths, torch.Tensor):
-        actual_seq_lengths = actual_seq_lengths.tolist()
-    if isinstance(actual_seq_lengths_kv, torch.Tensor):
-        actual_seq_lengths_kv = actual_seq_lengths_kv.tolist()
-    if isinstance(actual_seq_lengths, int):
-        actual_seq_lengths = [actual_seq_lengths]
-    if isinstance(actual_seq_lengths_kv, int):
-        actual_seq_lengths_kv = [actual_seq_lengths_kv]
+    if torch.compiler.is_compiling():  # lengths may be SymInts: as torch's own ops take them
+        if isinstance(actual_seq_lengths, torch.Tensor):
+            actual_seq_lengths = actual_seq_lengths.tolist()
+        if isinstance(actual_seq_lengths_kv, torch.Tensor):
+            actual_seq_lengths_kv = actual_seq_lengths_kv.tolist()
+        if isinstance(actual_seq_lengths, int):
+            actual_seq_lengths = [actual_seq_lengths]
+        if isinstance(actual_seq_lengths_kv, int):
+            actual_seq_lengths_kv = [actual_seq_lengths_kv]
+    else:
+        actual_seq_lengths = N.int_list(actual_seq_lengths, NAME, "actual_seq_lengths")
+        actual_seq_lengths_kv = N.int_list(actual_seq_lengths_kv, NAME, "actual_seq_lengths_kv")
     op = torch.ops.openfia.npu_fused_infer_attention_score
     op = op.tensorlist if is_list else op.default
     return op(query, key, value, pse_shift=pse_shift, atten_mask=atten_mask,

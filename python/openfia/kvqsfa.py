@@ -55,40 +55,40 @@ def _dtype_code(v, name):
                   "torch_npu.hifloat8) or None is supported", repr(v))
 
 
-def _rows_tensor(t):
-    """The KV rows are read in place when their strides allow it (torch_npu accepts a dim-0
-    non-contiguous paged cache); other views are copied."""
-    t = N.data(t)
-    if t.is_contiguous():
-        return t
+def _rows_tensor(t, name):
+    """The KV rows are read in place when their strides and address allow it (torch_npu accepts
+    a dim-0 non-contiguous paged cache): unit last-dimension stride, byte strides and base
+    4-byte aligned, since the fp32 scales are read inside the rows. Any other view (a slice
+    starting at an odd byte, say) is copied."""
+    t = N.data(t, NAME, name)
     ok = t.dim() > 0 and t.stride(-1) == 1 and t.data_ptr() % 4 == 0 and all(
         (s * t.element_size()) % 4 == 0 for s in t.stride()[:-1])
-    return t if ok else t.contiguous()
+    return t if ok else t.clone(memory_format=torch.contiguous_format)
 
 
 def _native_kwargs(query, key, value, sparse_indices, scale_value, key_quant_mode,
                    value_quant_mode, kw):
     nkw = {
-        "query": N.dense(query),
-        "key": _rows_tensor(key),
-        "value": _rows_tensor(value),
-        "sparse_indices": N.data(sparse_indices),
-        "scale_value": float(scale_value),
-        "key_quant_mode": int(key_quant_mode),
-        "value_quant_mode": int(value_quant_mode),
-        "layout_query": str(kw["layout_query"]),
-        "layout_kv": str(kw["layout_kv"]),
+        "query": N.dense(query, NAME, "query"),
+        "key": _rows_tensor(key, "key"),
+        "value": _rows_tensor(value, "value"),
+        "sparse_indices": N.data(sparse_indices, NAME, "sparse_indices"),
+        "scale_value": N.real(scale_value, NAME, "scale_value"),
+        "key_quant_mode": N.integer(key_quant_mode, NAME, "key_quant_mode"),
+        "value_quant_mode": N.integer(value_quant_mode, NAME, "value_quant_mode"),
+        "layout_query": N.string(kw["layout_query"], NAME, "layout_query"),
+        "layout_kv": N.string(kw["layout_kv"], NAME, "layout_kv"),
         "key_hifloat8": _dtype_code(kw["key_dtype"], "key_dtype") is not None,
         "value_hifloat8": _dtype_code(kw["value_dtype"], "value_dtype") is not None,
     }
     for name in _INT_ARGS:
-        nkw[name] = int(kw[name])
+        nkw[name] = N.integer(kw[name], NAME, name)
     for name in _TENSOR_ARGS:
         if kw[name] is not None:
-            nkw[name] = N.data(kw[name])
+            nkw[name] = N.data(kw[name], NAME, name)
     for name in ("actual_seq_lengths_query", "actual_seq_lengths_kv"):
         if kw[name] is not None:
-            nkw[name] = N.lengths(kw[name])
+            nkw[name] = N.lengths(kw[name], NAME, name)
     return nkw
 
 
@@ -125,14 +125,19 @@ def npu_kv_quant_sparse_flash_attention(query, key, value, sparse_indices, scale
     call directly for plain CPU tensors in eager mode."""
     key_dtype = _dtype_code(key_dtype, "key_dtype")
     value_dtype = _dtype_code(value_dtype, "value_dtype")
+    actual_seq_lengths_query = N.lengths(actual_seq_lengths_query, NAME,
+                                         "actual_seq_lengths_query")
+    actual_seq_lengths_kv = N.lengths(actual_seq_lengths_kv, NAME, "actual_seq_lengths_kv")
     # Eager calls on plain CPU tensors skip the dispatcher (the same native call, ~30 us less).
-    call = (torch.ops.openfia.npu_kv_quant_sparse_flash_attention.default
-            if N.traced(query, key) else native_call)
-    return call(query, key, value, sparse_indices, float(scale_value), int(key_quant_mode),
-                int(value_quant_mode), key_dequant_scale=key_dequant_scale,
+    traced = N.traced(NAME, query=query, key=key)
+    call = torch.ops.openfia.npu_kv_quant_sparse_flash_attention.default if traced else native_call
+    return call(query, key, value, sparse_indices, N.real(scale_value, NAME, "scale_value"),
+                N.integer(key_quant_mode, NAME, "key_quant_mode"),
+                N.integer(value_quant_mode, NAME, "value_quant_mode"),
+                key_dequant_scale=key_dequant_scale,
                 value_dequant_scale=value_dequant_scale, block_table=block_table,
-                actual_seq_lengths_query=N.lengths(actual_seq_lengths_query),
-                actual_seq_lengths_kv=N.lengths(actual_seq_lengths_kv),
+                actual_seq_lengths_query=actual_seq_lengths_query,
+                actual_seq_lengths_kv=actual_seq_lengths_kv,
                 sparse_block_size=sparse_block_size, layout_query=layout_query,
                 layout_kv=layout_kv, sparse_mode=sparse_mode, pre_tokens=pre_tokens,
                 next_tokens=next_tokens, attention_mode=attention_mode,

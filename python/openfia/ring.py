@@ -11,8 +11,12 @@ moves tensors (any backend that has send / recv for CPU tensors, e.g. gloo).
 """
 from __future__ import annotations
 
+import copy
+import pickle
+
 import torch
 
+from . import _native as N
 from ._native import OpenfiaError
 from .attention_state import merge_attention_states
 
@@ -43,14 +47,28 @@ def _as_float(x):
         return repr(x)
 
 
+def _portable(e):
+    """e itself when it survives pickling (how all_gather_object sends it to the other ranks),
+    else a RuntimeError with its type and message and the .argument / .rule / .code it had."""
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:  # noqa: BLE001 - any exception must reach the other ranks
+        p = RuntimeError(f"{type(e).__name__}: {e}")
+        for a in ("argument", "rule", "actual", "code"):
+            if hasattr(e, a):
+                setattr(p, a, getattr(e, a))
+        return p
+
+
 def _describe(query, key, value, num_heads, num_key_value_heads, scale, input_layout, causal,
               zigzag):
     """What every rank must agree on, and this rank's local error (or None)."""
+    op = "ring_attention"
     err = None
     try:
         if input_layout not in _LAYOUTS:
-            raise OpenfiaError("ring_attention: argument 'input_layout': must be BSH, BSND or "
-                               f"BNSD (got '{input_layout}')")
+            raise N.error(op, "input_layout", "must be BSH, BSND or BNSD", f"'{input_layout}'")
         from .fia import fia_output_spec
 
         fia_output_spec(query, key, value, num_heads=num_heads,
@@ -58,16 +76,14 @@ def _describe(query, key, value, num_heads, num_key_value_heads, scale, input_la
                         input_layout=input_layout, softmax_lse_flag=True)
         ax = _seq_axis(input_layout)
         if causal and query.shape[ax] != key.shape[ax]:
-            raise OpenfiaError("ring_attention: argument 'key': with causal=True every rank holds "
-                               "the same positions of the queries and the keys, so the sequence "
-                               f"lengths must be equal (got query {query.shape[ax]}, key "
-                               f"{key.shape[ax]})")
+            raise N.error(op, "key", "with causal=True every rank holds the same positions of "
+                          "the queries and the keys, so the sequence lengths must be equal",
+                          f"query {query.shape[ax]}, key {key.shape[ax]}")
         if zigzag and (not causal or query.shape[ax] % 2 != 0):
-            raise OpenfiaError("ring_attention: argument 'zigzag': needs causal=True and an even "
-                               "local sequence length (two equal chunks) (got causal="
-                               f"{bool(causal)}, length {query.shape[ax]})")
-    except (OpenfiaError, ValueError, TypeError, AttributeError, IndexError) as e:
-        err = f"{type(e).__name__}: {e}"
+            raise N.error(op, "zigzag", "needs causal=True and an even local sequence length "
+                          "(two equal chunks)", f"causal={bool(causal)}, length {query.shape[ax]}")
+    except Exception as e:  # noqa: BLE001 - every rank must learn of any error
+        err = e
     ax = _seq_axis(input_layout) if input_layout in _LAYOUTS else 1
 
     def shape_wo_seq(t):
@@ -88,31 +104,78 @@ def _describe(query, key, value, num_heads, num_key_value_heads, scale, input_la
     return {"common": common, "kv_shape": kv_shape, "error": err}
 
 
+def _from_rank(e, r, world, op):
+    """Rank r's exception e (as all_gather_object delivered it) to raise here: the same type and
+    attributes (.argument, .rule, .code), its message prefixed with where it happened."""
+    prefix = f"{op}: rank {r} of {world}: "
+    try:
+        e2 = copy.copy(e)
+        e2.args = (prefix + str(e),)
+        if str(e2) == prefix + str(e):
+            return e2
+    except Exception:  # noqa: BLE001 - a type that cannot take a new message keeps its own
+        pass
+    e.add_note(prefix.rstrip(": "))
+    return e
+
+
+def _raise_any(errors, rank, world, op):
+    """Raises on every rank once the ranks' errors (one per rank, None for none) are known: this
+    rank's own (the original object), else the first other rank's."""
+    if errors[rank] is not None:
+        raise errors[rank]
+    for r, e in enumerate(errors):
+        if e is not None:
+            raise _from_rank(e, r, world, op)
+
+
 def _agree(desc, group, world, rank, op):
-    """Exchanges the ranks' descriptions ({"common", "error", ...}); raises OpenfiaError on every
-    rank when any rank's call is invalid or the ranks' "common" parts differ. Returns them all."""
+    """Exchanges the ranks' descriptions ({"common", "error", ...}); raises on every rank when
+    any rank's call failed (the exception itself, whatever its type) or the ranks' "common" parts
+    differ (OpenfiaError). Returns them all."""
     import torch.distributed as dist
 
+    if desc["error"] is not None:
+        local = desc["error"]
+        desc = dict(desc, error=_portable(local))
     if world > 1:
         descs = [None] * world
         dist.all_gather_object(descs, desc, group=group)
     else:
         descs = [desc]
-    if desc["error"] is not None:  # this rank's own error first, in its own words
-        raise OpenfiaError(desc["error"].split(": ", 1)[1])
-    for r, d in enumerate(descs):
-        if d["error"] is not None:
-            raise OpenfiaError(f"{op}: rank {r} of {world}: {d['error']}")
+    errors = [d["error"] for d in descs]
+    if errors[rank] is not None:
+        errors[rank] = local  # this rank's own error: the original object
+    _raise_any(errors, rank, world, op)
     for r, d in enumerate(descs):
         for name, v in d["common"].items():
             if v != desc["common"][name]:
                 what = ("dtype and sizes (all but the sequence axis)"
                         if name in ("query", "key", "value") and op == "ring_attention"
                         else "dtype and sizes" if name == "query" else "value")
-                raise OpenfiaError(f"{op}: argument '{name}': every rank must pass the same "
-                                   f"{what} (got rank {rank}: {desc['common'][name]}, rank {r}: "
-                                   f"{v})")
+                raise N.error(op, name, f"every rank must pass the same {what}",
+                              f"rank {rank}: {desc['common'][name]}, rank {r}: {v}")
     return descs
+
+
+def _settle(err, group, world, rank, op):
+    """After the ring: every rank learns whether any rank failed during it (a rank that failed
+    kept passing its chunks, so nobody waits) and all raise that exception."""
+    import torch.distributed as dist
+
+    if world == 1:
+        if err is not None:
+            raise err
+        return
+    flag = torch.tensor([0 if err is None else 1], dtype=torch.int32)
+    dist.all_reduce(flag, group=group)
+    if int(flag) == 0:
+        return
+    errors = [None] * world
+    dist.all_gather_object(errors, None if err is None else _portable(err), group=group)
+    if err is not None:
+        errors[rank] = err
+    _raise_any(errors, rank, world, op)
 
 
 def _world(group):
@@ -156,9 +219,32 @@ def ring_attention(query, key, value, *, num_heads, num_key_value_heads=0, scale
     ax = _seq_axis(input_layout)
     use_mask = causal and query.shape[ax] > 1
     acc = acc_lse = None
+    err = None  # the first exception of this rank's compute, raised on every rank by _settle
     k_cur, v_cur = key.detach().contiguous(), value.detach().contiguous()
     q = query.detach()
     half = query.shape[ax] // 2
+
+    def step_compute(part, k_cur, v_cur, acc, acc_lse):
+        """This rank's queries (all, or the upper half) against the visible part of one chunk,
+        merged into (acc, acc_lse); returns them."""
+        diag = part == "causal" and use_mask
+        qp = q.narrow(ax, half, half) if part == "upper" else q
+        kp, vp = k_cur, v_cur
+        if zigzag and part == "all":  # src < rank: only src's first chunk is visible
+            kp, vp = k_cur.narrow(ax, 0, half), v_cur.narrow(ax, 0, half)
+        out_t, lse_t = fia(qp, kp, vp, num_heads=num_heads,
+                           num_key_value_heads=num_key_value_heads, scale=scale,
+                           input_layout=input_layout, sparse_mode=3 if diag else 0,
+                           atten_mask=_causal_mask() if diag else None, softmax_lse_flag=True)
+        if acc is None:
+            return merge_attention_states(out_t, lse_t, input_layout=input_layout,
+                                          out_dtype=torch.float32)
+        a, al = acc, acc_lse
+        if part == "upper":
+            a, al = acc.narrow(ax, half, half), acc_lse.narrow(2, half, half)
+        merge_attention_states(a, al, out_t, lse_t, input_layout=input_layout, out=a, lse=al)
+        return acc, acc_lse
+
     for step in range(world):
         src = (rank - step) % world  # the rank whose chunk k_cur / v_cur is
         reqs = []
@@ -180,30 +266,16 @@ def ring_attention(query, key, value, *, num_heads, num_key_value_heads=0, scale
             part = "causal"
         else:
             part = "upper" if zigzag else None
-        if part is not None:
-            diag = part == "causal" and use_mask
-            qp = q.narrow(ax, half, half) if part == "upper" else q
-            kp, vp = k_cur, v_cur
-            if zigzag and part == "all":  # src < rank: only src's first chunk is visible
-                kp, vp = k_cur.narrow(ax, 0, half), v_cur.narrow(ax, 0, half)
-            out_t, lse_t = fia(qp, kp, vp, num_heads=num_heads,
-                               num_key_value_heads=num_key_value_heads, scale=scale,
-                               input_layout=input_layout, sparse_mode=3 if diag else 0,
-                               atten_mask=_causal_mask() if diag else None,
-                               softmax_lse_flag=True)
-            if acc is None:
-                acc, acc_lse = merge_attention_states(out_t, lse_t, input_layout=input_layout,
-                                                      out_dtype=torch.float32)
-            else:
-                a, al = acc, acc_lse
-                if part == "upper":
-                    a, al = acc.narrow(ax, half, half), acc_lse.narrow(2, half, half)
-                merge_attention_states(a, al, out_t, lse_t, input_layout=input_layout, out=a,
-                                       lse=al)
+        if part is not None and err is None:
+            try:
+                acc, acc_lse = step_compute(part, k_cur, v_cur, acc, acc_lse)
+            except Exception as e:  # noqa: BLE001 - the ring goes on; _settle raises it everywhere
+                err = e
         for req in reqs:
             req.wait()
         if reqs:
             k_cur, v_cur = k_next, v_next
+    _settle(err, group, world, rank, "ring_attention")
     out, lse = merge_attention_states(acc, acc_lse, input_layout=input_layout,
                                       out_dtype=query.dtype)
     if not softmax_lse_flag:
@@ -245,11 +317,11 @@ def sharded_kv_attention(query, key, value, *, group=None, **kwargs):
     err = None
     try:
         if kwargs.get("quant_scale2") is not None:
-            raise OpenfiaError("sharded_kv_attention: argument 'quant_scale2': int8 output "
-                               "quantization cannot be merged across ranks (got a tensor)")
+            raise N.error("sharded_kv_attention", "quant_scale2",
+                          "int8 output quantization cannot be merged across ranks", "a tensor")
         out, lse = fia(query, key, value, softmax_lse_flag=True, **kwargs)
-    except (OpenfiaError, ValueError, TypeError) as e:
-        err = f"{type(e).__name__}: {e}"
+    except Exception as e:  # noqa: BLE001 - every rank must learn of any error
+        err = e
 
     def summary(v):
         if isinstance(v, torch.Tensor):

@@ -31,7 +31,7 @@ METADATA_NAME = "npu_sparse_attn_sharedkv_metadata"
 # Index tensors, sinks and metadata are read on the host row by row: they pass dense (N.dense);
 # q and the caches may be strided views, read through their strides (N.data). Neither makes a
 # detached alias or a copy of a tensor that needs none: on a cold cache those calls cost ~110 us
-# of a 0.7 ms V3 decode.
+# of a 0.7 ms V3 decode. Both check the tensor and name it (op, name).
 _index = N.dense
 _data = N.data
 
@@ -41,18 +41,29 @@ def _metadata_kwargs(num_heads_q, num_heads_kv, head_dim, cu_seqlens_q, cu_seqle
                      max_seqlen_kv, ori_topk, cmp_topk, cmp_ratio, ori_mask_mode, cmp_mask_mode,
                      ori_win_left, ori_win_right, layout_q, layout_kv, has_ori_kv, has_cmp_kv,
                      num_workers):
+    op = METADATA_NAME
+    # Optional integers (the schema's int?): None is the default.
+    opt = lambda v, name, default=0: default if v is None else N.integer(v, op, name)  # noqa: E731
     return dict(
-        num_heads_q=int(num_heads_q), num_heads_kv=int(num_heads_kv), head_dim=int(head_dim),
-        cu_seqlens_q=_index(cu_seqlens_q), cu_seqlens_ori_kv=_index(cu_seqlens_ori_kv),
-        cu_seqlens_cmp_kv=_index(cu_seqlens_cmp_kv), seqused_q=_index(seqused_q),
-        seqused_kv=_index(seqused_kv), batch_size=int(batch_size or 0),
-        max_seqlen_q=int(max_seqlen_q or 0), max_seqlen_kv=int(max_seqlen_kv or 0),
-        ori_topk=int(ori_topk or 0), cmp_topk=int(cmp_topk or 0),
-        cmp_ratio=-1 if cmp_ratio is None else int(cmp_ratio), ori_mask_mode=int(ori_mask_mode),
-        cmp_mask_mode=int(cmp_mask_mode), ori_win_left=int(ori_win_left),
-        ori_win_right=int(ori_win_right), layout_q=layout_q, layout_kv=layout_kv,
-        has_ori_kv=bool(has_ori_kv), has_cmp_kv=bool(has_cmp_kv),
-        num_workers=int(num_workers or 0))
+        num_heads_q=N.integer(num_heads_q, op, "num_heads_q"),
+        num_heads_kv=N.integer(num_heads_kv, op, "num_heads_kv"),
+        head_dim=N.integer(head_dim, op, "head_dim"),
+        cu_seqlens_q=_index(cu_seqlens_q, op, "cu_seqlens_q"),
+        cu_seqlens_ori_kv=_index(cu_seqlens_ori_kv, op, "cu_seqlens_ori_kv"),
+        cu_seqlens_cmp_kv=_index(cu_seqlens_cmp_kv, op, "cu_seqlens_cmp_kv"),
+        seqused_q=_index(seqused_q, op, "seqused_q"),
+        seqused_kv=_index(seqused_kv, op, "seqused_kv"), batch_size=opt(batch_size, "batch_size"),
+        max_seqlen_q=opt(max_seqlen_q, "max_seqlen_q"),
+        max_seqlen_kv=opt(max_seqlen_kv, "max_seqlen_kv"), ori_topk=opt(ori_topk, "ori_topk"),
+        cmp_topk=opt(cmp_topk, "cmp_topk"), cmp_ratio=opt(cmp_ratio, "cmp_ratio", -1),
+        ori_mask_mode=N.integer(ori_mask_mode, op, "ori_mask_mode"),
+        cmp_mask_mode=N.integer(cmp_mask_mode, op, "cmp_mask_mode"),
+        ori_win_left=N.integer(ori_win_left, op, "ori_win_left"),
+        ori_win_right=N.integer(ori_win_right, op, "ori_win_right"),
+        layout_q=N.string(layout_q, op, "layout_q"), layout_kv=N.string(layout_kv, op, "layout_kv"),
+        has_ori_kv=N.boolean(has_ori_kv, op, "has_ori_kv"),
+        has_cmp_kv=N.boolean(has_cmp_kv, op, "has_cmp_kv"),
+        num_workers=opt(num_workers, "num_workers"))
 
 
 def npu_sparse_attn_sharedkv_metadata(
@@ -69,7 +80,7 @@ def npu_sparse_attn_sharedkv_metadata(
     """The int32[1024] work plan for npu_sparse_attn_sharedkv. `device` is ignored (CPU);
     `num_workers` (openfia extension, 1..36) defaults to the thread count. Under torch.compile
     (or with fake / meta tensors) it is the registered op, so a graph holds it as one node."""
-    if N.traced(cu_seqlens_q, seqused_kv):
+    if N.traced(METADATA_NAME, cu_seqlens_q=cu_seqlens_q, seqused_kv=seqused_kv):
         return torch.ops.openfia.npu_sparse_attn_sharedkv_metadata.default(
             num_heads_q, num_heads_kv, head_dim, cu_seqlens_q=cu_seqlens_q,
             cu_seqlens_ori_kv=cu_seqlens_ori_kv, cu_seqlens_cmp_kv=cu_seqlens_cmp_kv,
@@ -102,7 +113,7 @@ def verify_sparse_attn_sharedkv_metadata(metadata: torch.Tensor, num_heads_q: in
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
     full.update(kwargs)
     full.pop("device")
-    N.lib.verify_sas_metadata(_index(metadata), **_metadata_kwargs(
+    N.lib.verify_sas_metadata(_index(metadata, METADATA_NAME, "metadata"), **_metadata_kwargs(
         num_heads_q, num_heads_kv, head_dim, **full))
 
 
@@ -126,7 +137,7 @@ def npu_sparse_attn_sharedkv(
     softmax_lse). softmax_lse is real when return_softmax_lse ([1, T, N1] for TND,
     [B, 1, S1, N1] for BSND), else a one-element 0. Under torch.compile (or with fake / meta
     tensors) it is the registered op, so a graph holds it as one node."""
-    if N.traced(q, ori_kv):
+    if N.traced(NAME, q=q, ori_kv=ori_kv):
         # (every argument by name: torch.compile cannot trace locals())
         return torch.ops.openfia.npu_sparse_attn_sharedkv.default(
             q, ori_kv=ori_kv, cmp_kv=cmp_kv, ori_sparse_indices=ori_sparse_indices,
@@ -153,15 +164,16 @@ _INDEX_ARGS = ("ori_sparse_indices", "cmp_sparse_indices", "ori_block_table", "c
 
 def _convert(a):
     """The binding's keyword arguments from npu_sparse_attn_sharedkv's (a dict of all of them)."""
-    opt = lambda v, f: None if v is None else f(v)  # noqa: E731
+    opt = lambda k, f: None if a[k] is None else f(a[k], NAME, k)  # noqa: E731
     return dict(
-        q=_data(a["q"]), ori_kv=_data(a["ori_kv"]), cmp_kv=_data(a["cmp_kv"]),
-        **{k: _index(a[k]) for k in _INDEX_ARGS},
-        softmax_scale=opt(a["softmax_scale"], float), cmp_ratio=opt(a["cmp_ratio"], int),
-        **{k: int(a[k]) for k in (
+        q=_data(a["q"], NAME, "q"), ori_kv=_data(a["ori_kv"], NAME, "ori_kv"),
+        cmp_kv=_data(a["cmp_kv"], NAME, "cmp_kv"), **{k: _index(a[k], NAME, k) for k in _INDEX_ARGS},
+        softmax_scale=opt("softmax_scale", N.real), cmp_ratio=opt("cmp_ratio", N.integer),
+        **{k: N.integer(a[k], NAME, k) for k in (
             "ori_mask_mode", "cmp_mask_mode", "ori_win_left", "ori_win_right")},
-        layout_q=a["layout_q"], layout_kv=a["layout_kv"],
-        return_softmax_lse=bool(a["return_softmax_lse"]))
+        layout_q=N.string(a["layout_q"], NAME, "layout_q"),
+        layout_kv=N.string(a["layout_kv"], NAME, "layout_kv"),
+        return_softmax_lse=N.boolean(a["return_softmax_lse"], NAME, "return_softmax_lse"))
 
 
 def _run_busy(kw, busy):

@@ -159,23 +159,29 @@ def fia_fake_spec(query, key, value, *, block_table=None, quant_scale2=None, num
 
 
 def _fia_fake(query, key, value, **kw):
+    N.one_device(fia.NAME, query=query, key=key, value=value,
+                 **{k: v for k, v in kw.items() if isinstance(v, torch.Tensor)})
     out, dtype, lse = fia_fake_spec(query, key, value, **kw)
     return (query.new_empty(out, dtype=dtype), query.new_empty(lse, dtype=torch.float32))
 
 
 def _kvqsfa_fake(query, key, value, sparse_indices, scale_value, key_quant_mode,
-                 value_quant_mode, *, rope_head_dim=64, **_):
+                 value_quant_mode, *, rope_head_dim=64, **kw):
     """Output shape from shapes alone, as torch_npu's infershape: query's shape with the last
     dimension reduced by rope_head_dim (576 - 64 = 512), query's dtype."""
+    N.one_device(kvqsfa.NAME, query=query, key=key, value=value, sparse_indices=sparse_indices,
+                 **{k: v for k, v in kw.items() if isinstance(v, torch.Tensor)})
     sizes = list(query.shape)
     sizes[-1] = sizes[-1] - rope_head_dim
     return query.new_empty(sizes)
 
 
-def _sas_fake(q, *, ori_kv=None, cmp_kv=None, layout_q="BSND", return_softmax_lse=False, **_):
+def _sas_fake(q, *, ori_kv=None, cmp_kv=None, layout_q="BSND", return_softmax_lse=False, **kw):
     """Output shapes from shapes alone, as SparseAttnSharedkvOutputSpec: out is q's shape and
     dtype; lse [N2, T, G] (TND) or [B, N2, S1, G] (BSND) with G = N1 / N2 when
     return_softmax_lse, else [1]. The caches are [blocks, block_size, N2, D]."""
+    N.one_device(sas.NAME, q=q, ori_kv=ori_kv, cmp_kv=cmp_kv,
+                 **{k: v for k, v in kw.items() if isinstance(v, torch.Tensor)})
     kv = ori_kv if ori_kv is not None else cmp_kv
     n2 = kv.shape[-2] if kv is not None and kv.dim() == 4 else 1
     if not return_softmax_lse:
@@ -192,6 +198,7 @@ def _sas_metadata_fake(num_heads_q, num_heads_kv, head_dim, **_):
 
 
 def _merge_fake(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND", out_dtype=None):
+    N.one_device(attention_state.NAME, out_a=out_a, lse_a=lse_a, out_b=out_b, lse_b=lse_b)
     return (out_a.new_empty(out_a.shape, dtype=out_dtype or out_a.dtype),
             lse_a.new_empty(lse_a.shape, dtype=torch.float32))
 

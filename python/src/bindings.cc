@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -23,7 +24,10 @@ using openfia::py::OutputSpecOf;
 using openfia::py::SetTableField;
 using openfia::py::SpecAllocCompute;
 using openfia::py::TensorField;
+using openfia::py::ToBool;
+using openfia::py::ToDouble;
 using openfia::py::ToIntList;
+using openfia::py::ToString;
 using openfia::py::ToViewList;
 using openfia::py::UnexpectedKeyword;
 
@@ -34,6 +38,8 @@ namespace {
 
 // Builds FiaArgs from keyword arguments named exactly as in the torch_npu signature, plus
 // key_list/value_list for the tensorlist form. Unknown names are an error (catches typos).
+constexpr const char* kFiaOp = "npu_fused_infer_attention_score";
+
 openfia::FiaArgs BuildArgs(const nb::kwargs& kw, Keepalive& keep) {
   using A = openfia::FiaArgs;
   A a;
@@ -78,21 +84,21 @@ openfia::FiaArgs BuildArgs(const nb::kwargs& kw, Keepalive& keep) {
   };
   for (auto [k, v] : kw) {
     const std::string name = nb::cast<std::string>(k);
-    if (SetTableField<A>(a, name, v, kTensors, kInts, keep)) continue;
+    if (SetTableField<A>(a, name, v, kTensors, kInts, keep, kFiaOp)) continue;
     if (name == "key_list") {
       a.key_list = ToViewList(v, "key", keep);
     } else if (name == "value_list") {
       a.value_list = ToViewList(v, "value", keep);
     } else if (name == "actual_seq_lengths") {
-      a.actual_seq_lengths = ToIntList(v);
+      a.actual_seq_lengths = ToIntList(v, kFiaOp, "actual_seq_lengths");
     } else if (name == "actual_seq_lengths_kv") {
-      a.actual_seq_lengths_kv = ToIntList(v);
+      a.actual_seq_lengths_kv = ToIntList(v, kFiaOp, "actual_seq_lengths_kv");
     } else if (name == "scale") {
-      a.scale = nb::cast<double>(v);
+      a.scale = ToDouble(v, kFiaOp, "scale");
     } else if (name == "input_layout") {
-      a.input_layout = nb::cast<std::string>(v);
+      a.input_layout = ToString(v, kFiaOp, "input_layout");
     } else if (name == "softmax_lse_flag") {
-      a.softmax_lse_flag = nb::cast<bool>(v);
+      a.softmax_lse_flag = ToBool(v, kFiaOp, "softmax_lse_flag");
     } else {
       UnexpectedKeyword(name);
     }
@@ -105,6 +111,7 @@ const char* ErrorCodeName(openfia::ErrorCode c) {
     case openfia::ErrorCode::kInvalidArgument: return "invalid_argument";
     case openfia::ErrorCode::kUnsupported: return "unsupported";
     case openfia::ErrorCode::kInternal: return "internal";
+    case openfia::ErrorCode::kResourceExhausted: return "resource_exhausted";
   }
   return "internal";
 }
@@ -116,21 +123,39 @@ NB_MODULE(_openfia, m) {
 
   // openfia.OpenfiaError: a ValueError whose str() is exactly the C++ what(); the structured
   // parts are attributes (argument, rule, actual, code) for programs that branch on them.
-  static nb::object error_type = nb::steal(PyErr_NewExceptionWithDoc(
+  // OpenfiaTypeError (an argument of the wrong kind) is also a TypeError, OpenfiaResourceError
+  // (no memory or threads for a valid call) also a MemoryError: code that catches the builtin
+  // types keeps working, and `except OpenfiaError` catches every error openfia raises.
+  openfia::py::ErrorTypes& types = openfia::py::Errors();
+  types.error = nb::steal(PyErr_NewExceptionWithDoc(
       "openfia.OpenfiaError",
       "Invalid or unsupported arguments to an openfia operator (message from the C++ library).",
       PyExc_ValueError, nullptr));
-  m.attr("OpenfiaError") = error_type;
+  types.type_error = nb::steal(PyErr_NewExceptionWithDoc(
+      "openfia.OpenfiaTypeError",
+      "An argument of the wrong kind (an OpenfiaError and a TypeError).",
+      nb::make_tuple(types.error, nb::handle(PyExc_TypeError)).ptr(), nullptr));
+  types.resource_error = nb::steal(PyErr_NewExceptionWithDoc(
+      "openfia.OpenfiaResourceError",
+      "The machine could not provide the memory or the threads a valid call needs (an "
+      "OpenfiaError and a MemoryError; the message names what and how much).",
+      nb::make_tuple(types.error, nb::handle(PyExc_MemoryError)).ptr(), nullptr));
+  m.attr("OpenfiaError") = types.error;
+  m.attr("OpenfiaTypeError") = types.type_error;
+  m.attr("OpenfiaResourceError") = types.resource_error;
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
     } catch (const openfia::Error& e) {
-      nb::object exc = error_type(nb::str(e.what()));
+      const openfia::py::ErrorTypes& t = openfia::py::Errors();
+      const nb::object& type =
+          e.code() == openfia::ErrorCode::kResourceExhausted ? t.resource_error : t.error;
+      nb::object exc = type(nb::str(e.what()));
       exc.attr("argument") = nb::str(e.argument().c_str());
       exc.attr("rule") = nb::str(e.rule().c_str());
       exc.attr("actual") = nb::str(e.actual().c_str());
       exc.attr("code") = nb::str(ErrorCodeName(e.code()));
-      PyErr_SetObject(error_type.ptr(), exc.ptr());
+      PyErr_SetObject(type.ptr(), exc.ptr());
     }
   });
 
@@ -179,11 +204,14 @@ NB_MODULE(_openfia, m) {
 
   m.def(
       "set_impl",
-      [](const std::string& s) {
+      [](nb::handle v) {
+        const std::string s = ToString(v, "set_impl", "impl");
         if (s == "ref" || s == "reference") openfia::SetImpl(openfia::Impl::kReference);
         else if (s == "engine") openfia::SetImpl(openfia::Impl::kEngine);
         else if (s == "auto") openfia::SetImpl(openfia::Impl::kAuto);
-        else BindingError("openfia: set_impl: expected 'ref', 'engine' or 'auto' (got '" + s + "')");
+        else throw openfia::Error(openfia::ErrorCode::kInvalidArgument, "impl",
+                                  "must be one of ref, reference, engine, auto", "'" + s + "'",
+                                  "set_impl");
       },
       nb::arg("impl"));
   m.def("get_impl", []() -> std::string {
@@ -194,9 +222,20 @@ NB_MODULE(_openfia, m) {
     }
     return "auto";
   });
-  m.def("set_num_threads", [](int n) { openfia::SetNumThreads(n); }, nb::arg("n"));
+  m.def(
+      "set_num_threads",
+      [](nb::handle n) {
+        // SetNumThreads names the accepted range; an int beyond int's goes in as int's limit.
+        const int64_t x = openfia::py::ToInt64(n, "set_num_threads", "n");
+        openfia::SetNumThreads(static_cast<int>(std::clamp<int64_t>(x, INT32_MIN, INT32_MAX)));
+      },
+      nb::arg("n"));
   m.def("get_num_threads", []() { return openfia::GetNumThreads(); });
-  m.def("set_simd_cap", [](const std::string& t) { openfia::SetSimdCap(t); }, nb::arg("target"));
+  m.def(
+      "set_simd_cap",
+      [](nb::handle t) { openfia::SetSimdCap(ToString(t, "set_simd_cap", "target")); },
+      nb::arg("target"));
+  m.def("simd_cap_names", []() { return openfia::SimdCapNames(); });
   m.def("simd_target", []() { return openfia::SimdTarget(); });
   m.def("set_kernel", [](const std::string& k) { openfia::SetKernel(k); }, nb::arg("name"));
   m.def("get_kernel", []() { return openfia::GetKernel(); });

@@ -21,6 +21,9 @@ using openfia::py::OutputSpecDict;
 using openfia::py::OutputSpecOf;
 using openfia::py::SetTableField;
 using openfia::py::TensorField;
+using openfia::py::ToBool;
+using openfia::py::ToDouble;
+using openfia::py::ToString;
 using openfia::py::ToView;
 using openfia::py::UnexpectedKeyword;
 
@@ -35,12 +38,15 @@ std::optional<openfia::DType> Hifloat8If(bool hifloat8) {
 // KvqsfaArgs from keyword arguments named as in the torch_npu schema. key_dtype/value_dtype are
 // booleans here ("the 1-byte storage is hifloat8"); the Python front end maps torch_npu's dtype
 // argument onto them.
+constexpr const char* kOp = "npu_kv_quant_sparse_flash_attention";
+
 openfia::KvqsfaArgs KvqArgs(const nb::kwargs& kw, Keepalive& keep) {
   using A = openfia::KvqsfaArgs;
   A a;
   bool key_hif8 = false, value_hif8 = false;
-  if (kw.contains("key_hifloat8")) key_hif8 = nb::cast<bool>(kw["key_hifloat8"]);
-  if (kw.contains("value_hifloat8")) value_hif8 = nb::cast<bool>(kw["value_hifloat8"]);
+  if (kw.contains("key_hifloat8")) key_hif8 = ToBool(kw["key_hifloat8"], kOp, "key_hifloat8");
+  if (kw.contains("value_hifloat8"))
+    value_hif8 = ToBool(kw["value_hifloat8"], kOp, "value_hifloat8");
   static const TensorField<A> kTensors[] = {
       {"query", &A::query},
       {"sparse_indices", &A::sparse_indices},
@@ -66,17 +72,17 @@ openfia::KvqsfaArgs KvqArgs(const nb::kwargs& kw, Keepalive& keep) {
   for (auto [k, v] : kw) {
     const std::string name = nb::cast<std::string>(k);
     if (name == "key_hifloat8" || name == "value_hifloat8") continue;
-    if (SetTableField<A>(a, name, v, kTensors, kInts, keep)) continue;
+    if (SetTableField<A>(a, name, v, kTensors, kInts, keep, kOp)) continue;
     if (name == "key") {
       a.key = ToView(v, "key", keep, Hifloat8If(key_hif8));
     } else if (name == "value") {
       a.value = ToView(v, "value", keep, Hifloat8If(value_hif8));
     } else if (name == "scale_value") {
-      a.scale_value = nb::cast<double>(v);
+      a.scale_value = ToDouble(v, kOp, "scale_value");
     } else if (name == "layout_query") {
-      a.layout_query = nb::cast<std::string>(v);
+      a.layout_query = ToString(v, kOp, "layout_query");
     } else if (name == "layout_kv") {
-      a.layout_kv = nb::cast<std::string>(v);
+      a.layout_kv = ToString(v, kOp, "layout_kv");
     } else {
       UnexpectedKeyword(name);
     }

@@ -31,9 +31,16 @@ using openfia::py::OutputSpecDict;
 using openfia::py::OutputSpecOf;
 using openfia::py::SetTableField;
 using openfia::py::TensorField;
+using openfia::py::ToBool;
+using openfia::py::ToDouble;
+using openfia::py::ToInt64;
+using openfia::py::ToString;
 using openfia::py::UnexpectedKeyword;
 
 namespace {
+
+constexpr const char* kOp = "npu_sparse_attn_sharedkv";
+constexpr const char* kMetaOp = "npu_sparse_attn_sharedkv_metadata";
 
 openfia::SasArgs BuildSasArgs(const nb::kwargs& kw, Keepalive& keep) {
   using A = openfia::SasArgs;
@@ -62,17 +69,17 @@ openfia::SasArgs BuildSasArgs(const nb::kwargs& kw, Keepalive& keep) {
   A a;
   for (auto [k, v] : kw) {
     const std::string name = nb::cast<std::string>(k);
-    if (SetTableField<A>(a, name, v, kTensors, kInts, keep)) continue;
+    if (SetTableField<A>(a, name, v, kTensors, kInts, keep, kOp)) continue;
     if (name == "softmax_scale") {
-      if (!v.is_none()) a.softmax_scale = nb::cast<double>(v);
+      if (!v.is_none()) a.softmax_scale = ToDouble(v, kOp, "softmax_scale");
     } else if (name == "cmp_ratio") {
-      if (!v.is_none()) a.cmp_ratio = nb::cast<int64_t>(v);
+      if (!v.is_none()) a.cmp_ratio = ToInt64(v, kOp, "cmp_ratio");
     } else if (name == "layout_q") {
-      a.layout_q = nb::cast<std::string>(v);
+      a.layout_q = ToString(v, kOp, "layout_q");
     } else if (name == "layout_kv") {
-      a.layout_kv = nb::cast<std::string>(v);
+      a.layout_kv = ToString(v, kOp, "layout_kv");
     } else if (name == "return_softmax_lse") {
-      a.return_softmax_lse = nb::cast<bool>(v);
+      a.return_softmax_lse = ToBool(v, kOp, "return_softmax_lse");
     } else {
       UnexpectedKeyword(name);
     }
@@ -101,15 +108,15 @@ openfia::SasMetadataArgs BuildSasMetadataArgs(const nb::kwargs& kw, Keepalive& k
   A a;
   for (auto [k, v] : kw) {
     const std::string name = nb::cast<std::string>(k);
-    if (SetTableField<A>(a, name, v, kTensors, kInts, keep)) continue;
+    if (SetTableField<A>(a, name, v, kTensors, kInts, keep, kMetaOp)) continue;
     if (name == "layout_q") {
-      a.layout_q = nb::cast<std::string>(v);
+      a.layout_q = ToString(v, kMetaOp, "layout_q");
     } else if (name == "layout_kv") {
-      a.layout_kv = nb::cast<std::string>(v);
+      a.layout_kv = ToString(v, kMetaOp, "layout_kv");
     } else if (name == "has_ori_kv") {
-      a.has_ori_kv = nb::cast<bool>(v);
+      a.has_ori_kv = ToBool(v, kMetaOp, "has_ori_kv");
     } else if (name == "has_cmp_kv") {
-      a.has_cmp_kv = nb::cast<bool>(v);
+      a.has_cmp_kv = ToBool(v, kMetaOp, "has_cmp_kv");
     } else if (name == "device") {
       if (!v.is_none()) a.device = nb::cast<std::string>(nb::str(v));
     } else {

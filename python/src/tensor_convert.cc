@@ -63,6 +63,75 @@ DType DTypeFromDlpack(const nb::dlpack::dtype& t, const char* name) {
 
 void BindingError(const std::string& msg) { throw nb::value_error(msg.c_str()); }
 
+ErrorTypes& Errors() {
+  static ErrorTypes* types = new ErrorTypes();  // never destroyed: Python owns the objects
+  return *types;
+}
+
+void ArgTypeError(const char* op, const char* name, const std::string& rule,
+                  const std::string& actual) {
+  nb::object exc = Errors().type_error(nb::str((std::string(op) + ": argument '" + name + "': " +
+                                                rule + " (got " + actual + ")").c_str()));
+  exc.attr("argument") = nb::str(name);
+  exc.attr("rule") = nb::str(rule.c_str());
+  exc.attr("actual") = nb::str(actual.c_str());
+  exc.attr("code") = nb::str("invalid_argument");
+  PyErr_SetObject(Errors().type_error.ptr(), exc.ptr());
+  throw nb::python_error();
+}
+
+namespace {
+
+// "float 4.9", "str '8'": the kind and value of a rejected argument.
+std::string Describe(nb::handle v) {
+  std::string type = nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(
+      Py_TYPE(v.ptr()))).attr("__name__")));
+  std::string repr = nb::cast<std::string>(nb::repr(v));
+  if (repr.size() > 60) repr = repr.substr(0, 57) + "...";
+  return type + " " + repr;
+}
+
+}  // namespace
+
+int64_t ToInt64(nb::handle v, const char* op, const char* name) {
+  if (PyFloat_Check(v.ptr()) || PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()) ||
+      !PyIndex_Check(v.ptr()))
+    ArgTypeError(op, name, "must be an integer", Describe(v));
+  nb::object i = nb::steal(PyNumber_Index(v.ptr()));
+  if (!i.is_valid()) throw nb::python_error();
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow != 0)
+    throw Error(ErrorCode::kInvalidArgument, name, "must be an integer in [-2^63, 2^63-1]",
+                nb::cast<std::string>(nb::str(i)), op);
+  if (x == -1 && PyErr_Occurred()) throw nb::python_error();
+  return static_cast<int64_t>(x);
+}
+
+double ToDouble(nb::handle v, const char* op, const char* name) {
+  if (PyFloat_Check(v.ptr())) return PyFloat_AsDouble(v.ptr());
+  if (PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()) || PyBool_Check(v.ptr()) ||
+      (!PyIndex_Check(v.ptr()) && !PyObject_HasAttrString(v.ptr(), "__float__")))
+    ArgTypeError(op, name, "must be a real number", Describe(v));
+  const double d = PyFloat_AsDouble(v.ptr());  // __index__ or __float__
+  if (d == -1.0 && PyErr_Occurred()) throw nb::python_error();
+  return d;
+}
+
+bool ToBool(nb::handle v, const char* op, const char* name) {
+  // A bool, or numpy's bool_; not an int or a string (bool("False") is True).
+  if (PyBool_Check(v.ptr())) return v.ptr() == Py_True;
+  const std::string type = nb::cast<std::string>(
+      nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr()))).attr("__name__")));
+  if (type != "bool_") ArgTypeError(op, name, "must be a bool", Describe(v));
+  return PyObject_IsTrue(v.ptr()) == 1;
+}
+
+std::string ToString(nb::handle v, const char* op, const char* name) {
+  if (!PyUnicode_Check(v.ptr())) ArgTypeError(op, name, "must be a str", Describe(v));
+  return nb::cast<std::string>(v);
+}
+
 void UnexpectedKeyword(const std::string& name) {
   BindingError("openfia: unexpected keyword argument '" + name + "'");
 }
@@ -117,9 +186,14 @@ std::vector<TensorView> ToViewList(nb::handle obj, const char* name, Keepalive& 
   return out;
 }
 
-std::optional<std::vector<int64_t>> ToIntList(nb::handle obj) {
+std::optional<std::vector<int64_t>> ToIntList(nb::handle obj, const char* op, const char* name) {
   if (obj.is_none()) return std::nullopt;
-  return nb::cast<std::vector<int64_t>>(obj);
+  if (PyUnicode_Check(obj.ptr()) || PyBytes_Check(obj.ptr()) ||
+      !PySequence_Check(obj.ptr()))
+    ArgTypeError(op, name, "must be a list of integers", Describe(obj));
+  std::vector<int64_t> v;
+  for (nb::handle x : obj) v.push_back(ToInt64(x, op, name));
+  return v;
 }
 
 Allocated AllocOutput(nb::handle alloc, const std::vector<int64_t>& sizes, DType dtype,

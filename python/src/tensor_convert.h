@@ -26,6 +26,26 @@ using Array = nb::ndarray<nb::ro>;
 
 [[noreturn]] void BindingError(const std::string& msg);
 
+// The module's exception types (bindings.cc creates them): openfia.OpenfiaError (a ValueError),
+// openfia.OpenfiaTypeError (also a TypeError: an argument of the wrong kind) and
+// openfia.OpenfiaResourceError (also a MemoryError: ErrorCode::kResourceExhausted). Each carries
+// argument, rule, actual and code, as openfia::Error does.
+struct ErrorTypes {
+  nb::object error, type_error, resource_error;
+};
+ErrorTypes& Errors();
+// Raises openfia.OpenfiaTypeError "<op>: argument '<name>': <rule> (got <actual>)".
+[[noreturn]] void ArgTypeError(const char* op, const char* name, const std::string& rule,
+                               const std::string& actual);
+
+// Scalar arguments, strictly: an int (or anything with __index__: numpy integers) within int64
+// (an int beyond it is an openfia::Error naming the argument, never a bare std::bad_cast); a
+// float or an int for a double; a bool; a str. Anything else is ArgTypeError.
+int64_t ToInt64(nb::handle v, const char* op, const char* name);
+double ToDouble(nb::handle v, const char* op, const char* name);
+bool ToBool(nb::handle v, const char* op, const char* name);
+std::string ToString(nb::handle v, const char* op, const char* name);
+
 // Holds the ndarrays (and so the producers' buffers) alive while a call uses their views.
 struct Keepalive {
   std::vector<Array> arrays;
@@ -41,8 +61,8 @@ TensorView ToView(nb::handle obj, const char* name, Keepalive& keep,
 // A sequence of tensors (None -> empty); each element is named `name` in errors.
 std::vector<TensorView> ToViewList(nb::handle obj, const char* name, Keepalive& keep);
 
-// A list of ints (None -> nullopt).
-std::optional<std::vector<int64_t>> ToIntList(nb::handle obj);
+// A list of ints (None -> nullopt), each as ToInt64.
+std::optional<std::vector<int64_t>> ToIntList(nb::handle obj, const char* op, const char* name);
 
 // Keyword -> member tables of an arguments struct.
 template <typename Args>
@@ -61,7 +81,7 @@ struct IntField {
 template <typename Args>
 bool SetTableField(Args& a, const std::string& name, nb::handle v,
                    std::span<const TensorField<Args>> tensors,
-                   std::span<const IntField<Args>> ints, Keepalive& keep) {
+                   std::span<const IntField<Args>> ints, Keepalive& keep, const char* op) {
   for (const TensorField<Args>& f : tensors) {
     if (name == f.name) {
       a.*(f.field) = ToView(v, f.name, keep);
@@ -70,7 +90,7 @@ bool SetTableField(Args& a, const std::string& name, nb::handle v,
   }
   for (const IntField<Args>& f : ints) {
     if (name == f.name) {
-      a.*(f.field) = nb::cast<int64_t>(v);
+      a.*(f.field) = ToInt64(v, op, f.name);
       return true;
     }
   }

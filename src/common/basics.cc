@@ -83,5 +83,9 @@ void Fail(ErrorCode code, const std::string& argument, const std::string& rule,
           const std::string& actual) {
   throw Error(code, argument, rule, actual, g_op);
 }
+void FailAlloc(const std::string& what, int64_t bytes) {
+  Fail(ErrorCode::kResourceExhausted, "memory", "not enough memory for " + what,
+       bytes >= 0 ? Str(bytes, " bytes") : std::string("std::bad_alloc"));
+}
 }  // namespace internal
 }  // namespace openfia

@@ -39,6 +39,11 @@ class OpScope {  // sets CurrentOp() for the lifetime of the scope (thread-local
 [[noreturn]] void Fail(ErrorCode code, const std::string& argument, const std::string& rule,
                        const std::string& actual);
 
+// The machine has no memory left for `what`, `bytes` long (< 0: not known): throws
+// Error(kResourceExhausted) with argument "memory", so that a std::bad_alloc never reaches a caller
+// without the operator and the size that caused it.
+[[noreturn]] void FailAlloc(const std::string& what, int64_t bytes);
+
 }  // namespace openfia::internal
 
 // OPENFIA_CHECK(cond, "argument", "rule in the spec's words", actual values...)

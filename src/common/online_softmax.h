@@ -36,27 +36,42 @@ inline void MergeSoftmax(SoftmaxRow& dst, float* dst_acc, const SoftmaxRow& src,
 }
 
 // Final output factor and lse of a row: out[d] = acc[d] * factor / denom (the division happens in
-// fp32, after P*V, as on the NPU). `sink` (NaN when absent) is a logit that joins the denominator
-// only. Returns false for a row with no visible key (output 0, lse +inf, sink or not).
+// fp32, after P*V, as on the NPU). A row with no visible key returns false (output 0, lse +inf,
+// sink or not).
 struct RowFinal {
   float factor = 0.f, denom = 1.f, lse = std::numeric_limits<float>::infinity();
 };
+inline bool FinalizeSoftmax(const SoftmaxRow& r, RowFinal* f) {
+  if (r.empty()) {
+    *f = RowFinal{};
+    return false;
+  }
+  f->factor = 1.f;
+  f->denom = r.l;
+  f->lse = r.m + std::log(r.l);
+  return true;
+}
+// The same with a sink: a logit that joins the denominator only,
+//   out = sum_j e^{s_j} v_j / (e^{sink} + sum_j e^{s_j}),  lse = log(e^{sink} + sum_j e^{s_j}),
+// taken literally for every float sink: NaN makes the row NaN (out and lse), -inf is no sink at
+// all, +inf is the formula's limit (out 0, lse +inf; a NaN or infinite accumulator stays NaN).
 inline bool FinalizeSoftmax(const SoftmaxRow& r, float sink, RowFinal* f) {
   if (r.empty()) {
     *f = RowFinal{};
     return false;
   }
   if (std::isnan(sink)) {
-    f->factor = 1.f;
-    f->denom = r.l;
-    f->lse = r.m + std::log(r.l);
+    f->factor = sink;
+    f->denom = 1.f;
+    f->lse = sink;
     return true;
   }
-  // Rebase on max(m, sink) so a large sink cannot overflow exp(sink - m).
+  // Rebase on max(m, sink) so a large sink cannot overflow exp(sink - m); the sink's own term is
+  // exactly 1 when it is that maximum (also for sink = +inf, where sink - big would be NaN).
   const float big = std::fmax(r.m, sink);
   const float a = std::exp(r.m - big);
   f->factor = a;
-  f->denom = r.l * a + std::exp(sink - big);
+  f->denom = r.l * a + (sink == big ? 1.f : std::exp(sink - big));
   f->lse = big + std::log(f->denom);
   return true;
 }

@@ -2,18 +2,24 @@
 // changes; the calling thread is worker 0 and the pool threads are workers 1..n-1.
 #include "common/parallel.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
+#include "common/check.h"
 #include "openfia/runtime.h"
 
 namespace openfia::internal {
@@ -49,32 +55,38 @@ inline void SpinWhile(const Busy& busy) {
 
 class Pool {
  public:
-  ~Pool() { Resize(1); }
+  ~Pool() { Stop(); }
 
-  // Caller holds run_mu_.
+  // Caller holds run_mu. Throws Error(kResourceExhausted) when the system refuses a thread; the
+  // pool then has no threads and the next call tries again.
   void Resize(int n) {
     if (n == static_cast<int>(threads_.size()) + 1) return;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-      ++generation_;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-    threads_.clear();
-    stop_ = false;
+    Stop();
     // Each thread starts from the current generation, so a Run() issued right after creation is
     // seen as new work even if the thread has not started yet.
     const uint64_t gen = generation_;
-    for (int w = 1; w < n; ++w) threads_.emplace_back([this, w, gen] { Loop(w, gen); });
+    try {
+      for (int w = 1; w < n; ++w) threads_.emplace_back([this, w, gen] { Loop(w, gen); });
+    } catch (const std::system_error& e) {
+      const int started = static_cast<int>(threads_.size());
+      Stop();
+      Fail(ErrorCode::kResourceExhausted, "num_threads",
+           "the system refused to start the engine's worker threads (lower the thread count: "
+           "openfia::SetNumThreads / OPENFIA_NUM_THREADS)",
+           Str(n, " threads asked for, ", started + 1, " running when thread ", started + 1,
+               " failed: ", e.what()));
+    }
   }
 
+  // Runs fn over [0, n) on the pool and the calling thread. The first exception any call of fn
+  // throws stops the hand-out of further items and is rethrown here once every worker is done.
   void Run(int64_t n, const std::function<void(int64_t, int)>& fn, int workers) {
     Resize(workers);
     {
       std::lock_guard<std::mutex> lk(mu_);
       fn_ = &fn;
       n_ = n;
+      error_ = nullptr;
       next_.store(0);
       pending_ = static_cast<int>(threads_.size());
       ++generation_;
@@ -85,17 +97,37 @@ class Pool {
     std::unique_lock<std::mutex> lk(mu_);
     done_cv_.wait(lk, [this] { return pending_ == 0; });
     fn_ = nullptr;
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
   std::mutex run_mu;  // one ParallelFor at a time uses the pool
 
  private:
+  // Joins every thread (caller holds run_mu).
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      ++generation_;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    stop_ = false;
+  }
+
   void Work(int worker) {
     t_in_worker = true;
     for (;;) {
       const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
       if (i >= n_) break;
-      (*fn_)(i, worker);
+      try {
+        (*fn_)(i, worker);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!error_) error_ = std::current_exception();
+        next_.store(n_, std::memory_order_relaxed);  // no new items
+      }
     }
     t_in_worker = false;
   }
@@ -125,20 +157,36 @@ class Pool {
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t n_ = 0;
   std::atomic<int64_t> next_{0};
+  std::exception_ptr error_;  // guarded by mu_
 };
 
+// The pool of this process. A child of fork() inherits the parent's pool object but none of its
+// threads (and maybe a mutex held by one of them): it gets a new pool, as PyTorch resets its
+// intra-op pool, and the old one is leaked, since neither its threads nor its locks can be used.
+// Pools are never destroyed: no join during static destruction.
+std::atomic<Pool*> g_pool{nullptr};
+std::once_flag g_pool_once;
+
+void ResetPoolInChild() {
+  g_pool.store(new Pool(), std::memory_order_release);
+  t_in_worker = false;
+}
+
 Pool& GetPool() {
-  static Pool* pool = new Pool();  // leaked on purpose: no join during static destruction
-  return *pool;
+  std::call_once(g_pool_once, [] {
+    g_pool.store(new Pool(), std::memory_order_release);
+    pthread_atfork(nullptr, nullptr, ResetPoolInChild);
+  });
+  return *g_pool.load(std::memory_order_acquire);
 }
 
 }  // namespace
 
 int NumWorkers() { return std::max(1, GetNumThreads()); }
 
-void ParallelFor(int64_t n, const std::function<void(int64_t, int)>& fn) {
+void ParallelFor(int64_t n, const std::function<void(int64_t, int)>& fn, int workers) {
   if (n <= 0) return;
-  const int workers = NumWorkers();
+  if (workers <= 0) workers = NumWorkers();
   if (n == 1 || workers == 1 || t_in_worker) {
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;

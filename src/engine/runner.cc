@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -33,9 +34,8 @@ namespace {
 // Writes the final output row (b, h, query i) from its merged state.
 void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRow& st,
               const float* acc, const VectorOps& k) {
-  const float sink = p.sinks ? p.sinks[h] : std::numeric_limits<float>::quiet_NaN();
   RowFinal f;
-  const bool any = FinalizeSoftmax(st, sink, &f);
+  const bool any = p.sinks ? FinalizeSoftmax(st, p.sinks[h], &f) : FinalizeSoftmax(st, &f);
   const int64_t row = p.q_begin[b] + i;
   const int64_t o = b * p.out_sb + h * p.out_sh + row * p.out_ss;
   const bool quant = p.out_elem == Elem::kI8;
@@ -116,19 +116,23 @@ struct KeptScratch {
   ScratchSize (*family)(const Problem&) = nullptr;
   std::unique_ptr<char[]> mem;  // bytes + 64 (aligned inside)
   int64_t bytes = 0;
-  bool busy = false;  // held by a runner of this thread (a nested call makes its own)
+  // Held by a runner (a nested call makes its own). Atomic: a runner releases the pool threads'
+  // scratch from the calling thread while those threads may already serve the next call.
+  std::atomic<bool> busy{false};
   char* aligned() const {
     const uintptr_t a = reinterpret_cast<uintptr_t>(mem.get());
     return mem.get() + (64 - a % 64) % 64;
   }
 };
+// Shared, not owned by the thread alone: a runner holds what it uses until it ends, and a pool
+// thread may exit before that (the pool is re-sized when the thread count changes).
 struct ThreadKept {
-  std::vector<std::unique_ptr<KeptScratch>> scratch;
+  std::vector<std::shared_ptr<KeptScratch>> scratch;
   std::vector<float> states;
-  bool states_busy = false;
+  std::atomic<bool> states_busy{false};  // as KeptScratch::busy
 };
-ThreadKept& LocalKept() {
-  thread_local ThreadKept t;
+const std::shared_ptr<ThreadKept>& LocalKept() {
+  thread_local const std::shared_ptr<ThreadKept> t = std::make_shared<ThreadKept>();
   return t;
 }
 
@@ -193,10 +197,13 @@ class ItemRunner {
     }
   }
 
+  // The worker count its per-worker scratch is sized for: what its ParallelFor calls use.
+  int workers() const { return workers_; }
+
   // Gives back the kept scratch and split workspace this runner held.
   ~ItemRunner() {
-    for (KeptScratch* k : held_) k->busy = false;
-    for (ThreadKept* t : held_states_) t->states_busy = false;
+    for (const auto& k : held_) k->busy = false;
+    for (const auto& t : held_states_) t->states_busy = false;
     if (split_kept_) split_kept_->busy = false;
   }
 
@@ -268,13 +275,13 @@ class ItemRunner {
   // A scratch of kernel k's family for this worker: this thread's kept one when it is free, else
   // a new one (kept by the thread when it holds none of the family, else owned by the runner).
   void* MakeScratch(const Kernel& k, const ScratchSize& size) {
-    ThreadKept& t = LocalKept();
-    KeptScratch* use = nullptr;
+    ThreadKept& t = *LocalKept();
+    std::shared_ptr<KeptScratch> use;
     bool family_kept = false;
     for (auto& s : t.scratch) {
       if (s->family != k.scratch) continue;
       family_kept = true;
-      if (!s->busy) use = s.get();
+      if (!s->busy) use = s;
     }
     if (use != nullptr) {
       if (use->bytes < size.bytes) {  // grown, never shrunk
@@ -285,20 +292,16 @@ class ItemRunner {
       std::lock_guard<std::mutex> lk(held_mu_);
       held_.push_back(use);
     } else {
-      auto fresh = std::make_unique<KeptScratch>();
-      fresh->family = k.scratch;
-      fresh->bytes = size.bytes;
-      fresh->mem = std::make_unique_for_overwrite<char[]>(size.bytes + 64);
-      use = fresh.get();
+      use = std::make_shared<KeptScratch>();
+      use->family = k.scratch;
+      use->bytes = size.bytes;
+      use->mem = std::make_unique_for_overwrite<char[]>(size.bytes + 64);
       if (!family_kept) {  // kept by the thread from now on
         use->busy = true;
-        t.scratch.push_back(std::move(fresh));
-        std::lock_guard<std::mutex> lk(held_mu_);
-        held_.push_back(use);
-      } else {  // the thread's one is held by an outer call on this thread
-        std::lock_guard<std::mutex> lk(held_mu_);
-        own_.push_back(std::move(fresh));
-      }
+        t.scratch.push_back(use);
+      }  // else: the thread's one is held by an outer call on this thread; this runner's only
+      std::lock_guard<std::mutex> lk(held_mu_);
+      held_.push_back(use);
     }
     std::memset(use->aligned(), 0, size.zeroed);
     if (k.prepare != nullptr) k.prepare(p_, use->aligned());
@@ -307,13 +310,14 @@ class ItemRunner {
 
   // The row states of unsplit items on this worker, sized by the largest item of the call.
   float* MakeStates(int worker) {
-    ThreadKept& t = LocalKept();
+    const std::shared_ptr<ThreadKept>& kept = LocalKept();
+    ThreadKept& t = *kept;
     const size_t n = static_cast<size_t>(max_rows_ * (2 + dv_pad_));
     if (!t.states_busy) {
       if (t.states.size() < n) t.states.resize(n);
       t.states_busy = true;
       std::lock_guard<std::mutex> lk(held_mu_);
-      held_states_.push_back(&t);
+      held_states_.push_back(kept);
       return t.states.data();
     }
     std::lock_guard<std::mutex> lk(held_mu_);
@@ -332,9 +336,9 @@ class ItemRunner {
   std::vector<void*> scratch_;  // [worker][family]
   std::vector<float*> states_;  // [worker]
   std::mutex held_mu_;
-  std::vector<KeptScratch*> held_;         // kept scratch this runner holds
-  std::vector<ThreadKept*> held_states_;   // kept row states this runner holds
-  std::vector<std::unique_ptr<KeptScratch>> own_;  // scratch of this runner only
+  // Scratch and row states this runner uses (kept ones marked busy), alive until it ends.
+  std::vector<std::shared_ptr<KeptScratch>> held_;
+  std::vector<std::shared_ptr<ThreadKept>> held_states_;
   std::vector<std::vector<float>> own_states_;
   SplitSpace* split_kept_ = nullptr;   // the calling thread's kept split workspace, or
   std::unique_ptr<float[]> own_split_;  // this runner's own (a nested call)
@@ -411,7 +415,7 @@ void RunSchedule(const Problem& p, const Schedule& s, EngineStats* stats) {
     *stats = EngineStats();
     stats->task_busy_s.assign(std::max<int64_t>(tasks, 0), 0.0);
     stats->task_cpu_s.assign(std::max<int64_t>(tasks, 0), 0.0);
-    stats->thread_busy_s.assign(NumWorkers(), 0.0);
+    stats->thread_busy_s.assign(run.workers(), 0.0);
   }
   const Clock::time_point c0 = stats ? Clock::now() : Clock::time_point();
   ParallelFor(tasks, [&](int64_t t, int worker) {
@@ -424,7 +428,7 @@ void RunSchedule(const Problem& p, const Schedule& s, EngineStats* stats) {
       stats->task_cpu_s[t] += ThreadCpuSeconds() - cpu0;
       stats->thread_busy_s[worker] += busy;
     }
-  });
+  }, run.workers());
   const Clock::time_point c1 = stats ? Clock::now() : Clock::time_point();
   ParallelFor(static_cast<int64_t>(s.merges.size()), [&](int64_t m, int worker) {
     const Clock::time_point t0 = stats ? Clock::now() : Clock::time_point();
@@ -437,7 +441,7 @@ void RunSchedule(const Problem& p, const Schedule& s, EngineStats* stats) {
       stats->merge_busy_s += busy;
       stats->merge_cpu_s += cpu;
     }
-  });
+  }, run.workers());
   if (stats) {
     stats->compute_wall_s = Seconds(c0, c1);
     stats->merge_wall_s = Seconds(c1, Clock::now());

@@ -252,7 +252,10 @@ void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t
   double m = has_sink ? sink : -kInf;
   for (double x : s) m = NanMax(m, x);
 
-  double l = has_sink ? std::exp(sink - m) : 0.0;
+  // The sink's term of the denominator, exp(sink - m): exactly 1 when the sink is the maximum,
+  // also for sink = +inf (the formula's limit: output 0, lse +inf); a NaN sink makes m and so the
+  // whole row NaN.
+  double l = !has_sink ? 0.0 : sink == m ? 1.0 : std::exp(sink - m);
   const bool round_p = p.q.elem != Elem::kF32;
   o->assign(p.d_v, 0.0);
   for (size_t n = 0; n < keys.size(); ++n) {

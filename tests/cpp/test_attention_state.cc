@@ -13,6 +13,7 @@
 
 #include "common/numeric.h"
 #include "openfia/openfia.h"
+#include "settings_scope.h"
 #include "test_arena.h"
 
 namespace openfia {
@@ -60,14 +61,7 @@ Result Attend(Arena& ar, const TensorView& q, const TensorView& k, const TensorV
   return r;
 }
 
-class ImplScope {
- public:
-  explicit ImplScope(Impl i) : prev_(GetImpl()) { SetImpl(i); }
-  ~ImplScope() { SetImpl(prev_); }
-
- private:
-  Impl prev_;
-};
+using testutil::ImplScope;
 
 // Attention (fp64 reference, float32 in and out) over keys [0, S_kv) against the merge of
 // [0, c) and [c, S_kv) (and of three parts, merged left to right in place), for several cuts;

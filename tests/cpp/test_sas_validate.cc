@@ -137,7 +137,8 @@ TEST(SasValidate, OriBlockTable) {
               "ori_block_table");
   ExpectError([](Call& c) { c.f.ori_bt[2] = -1; }, "ori_block_table");  // token 32..39's block
   ExpectError([](Call& c) { c.f.ori_bt[0] = int32_t(c.f.ori_blocks); }, "ori_block_table");
-  ExpectError([](Call& c) { c.a.ori_block_table.strides = {1, 2}; }, "ori_block_table");
+  ExpectError([](Call& c) { c.a.ori_block_table.strides = {-1, 1}; }, "ori_block_table");
+  ExpectError([](Call& c) { c.a.ori_block_table.strides = {1}; }, "ori_block_table");
 }
 
 TEST(SasValidate, CmpBlockTable) {

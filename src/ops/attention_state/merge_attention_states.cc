@@ -13,91 +13,22 @@
 
 #include "common/check.h"
 #include "common/parallel.h"
+#include "common/views.h"
 #include "openfia/attention_state.h"
 #include "common/convert.h"
 
 namespace openfia {
 namespace {
 
+using internal::CheckAliasOrDisjoint;
+using internal::CheckNoSelfOverlap;
+using internal::CheckWellFormed;
 using internal::Str;
 
 constexpr const char* kOp = "merge_attention_states";
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::string Name(DType t) { return std::string(DTypeName(t)); }
-
-// Sizes non-negative, one non-negative stride per dimension, every addressed byte offset
-// representable, data present when there are elements.
-void CheckWellFormed(const TensorView& t, const char* name) {
-  OPENFIA_CHECK(t.strides.size() == t.sizes.size(), name,
-                "strides must have one entry per dimension", "sizes ", t.sizes, ", strides ",
-                t.strides);
-  bool empty = false;
-  for (size_t i = 0; i < t.sizes.size(); ++i) {
-    OPENFIA_CHECK(t.sizes[i] >= 0, name, "sizes must be non-negative", t.shape_string());
-    OPENFIA_CHECK(t.strides[i] >= 0, name, "strides must be non-negative", "strides ",
-                  t.strides);
-    empty = empty || t.sizes[i] == 0;
-  }
-  if (empty) return;
-  int64_t last = 0;  // offset of the last element, in elements
-  for (size_t i = 0; i < t.sizes.size(); ++i) {
-    int64_t term = 0;
-    const bool ovf = __builtin_mul_overflow(t.sizes[i] - 1, t.strides[i], &term) ||
-                     __builtin_add_overflow(last, term, &last) || last > (int64_t{1} << 56);
-    OPENFIA_CHECK(!ovf, name, "the addressed elements must stay below 2^56", "sizes ", t.sizes,
-                  ", strides ", t.strides);
-  }
-  OPENFIA_CHECK(t.data != nullptr, name,
-                "data must not be a null pointer when the tensor has elements", "null data for ",
-                t.shape_string());
-}
-
-// Byte range [lo, hi) a view addresses (empty for a view without elements).
-struct Extent {
-  uintptr_t lo = 0, hi = 0;
-};
-Extent ExtentOf(const TensorView& t) {
-  if (t.numel() == 0) return {};
-  int64_t last = 0;
-  for (size_t i = 0; i < t.sizes.size(); ++i) last += (t.sizes[i] - 1) * t.strides[i];
-  const auto lo = reinterpret_cast<uintptr_t>(t.data);
-  return {lo, lo + static_cast<uintptr_t>((last + 1) * ElementSize(t.dtype))};
-}
-
-bool SameView(const TensorView& x, const TensorView& y) {
-  return x.data == y.data && x.dtype == y.dtype && x.sizes == y.sizes && x.strides == y.strides;
-}
-
-// An output's elements must have distinct addresses: sorted by stride, each dimension of size >
-// 1 steps past everything the smaller strides span.
-void CheckNoSelfOverlap(const TensorView& t, const char* name) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
-  for (size_t i = 0; i < t.sizes.size(); ++i)
-    if (t.sizes[i] > 1) dims.emplace_back(t.strides[i], t.sizes[i]);
-  std::sort(dims.begin(), dims.end());
-  int64_t span = 1;  // elements the smaller dimensions cover
-  for (const auto& [stride, size] : dims) {
-    OPENFIA_CHECK(stride >= span, name,
-                  "an output must not overlap itself (no zero or interleaved strides)",
-                  "sizes ", t.sizes, ", strides ", t.strides);
-    span = stride * size;
-  }
-}
-
-// An output may be a given input exactly (may_alias), else it must not share a byte with it.
-void CheckAliasOrDisjoint(const TensorView& dst, const char* dst_name, const TensorView& src,
-                          const char* src_name, bool may_alias) {
-  if (!src.defined() || (may_alias && SameView(dst, src))) return;
-  const Extent d = ExtentOf(dst), s = ExtentOf(src);
-  const bool disjoint = d.lo == d.hi || s.lo == s.hi || d.hi <= s.lo || s.hi <= d.lo;
-  OPENFIA_CHECK(disjoint, dst_name,
-                may_alias ? Str("must be '", src_name,
-                                "' itself (same data, dtype and strides) or not overlap it")
-                          : Str("must not overlap '", src_name, "'"),
-                "sizes ", dst.sizes, ", strides ", dst.strides, " against sizes ", src.sizes,
-                ", strides ", src.strides);
-}
 
 struct Dims {
   int64_t b = 0, n = 0, s = 0, d = 0;
@@ -222,8 +153,8 @@ void MergeAttentionStates(const AttentionState& a, const AttentionState& b,
   // ---- merge, one (b, n) plane of S rows per item ----
   const bool has_b = b.out.defined();
   const int64_t D = dims.d;
-  std::vector<std::vector<double>> scratch(internal::NumWorkers(),
-                                           std::vector<double>(2 * static_cast<size_t>(D)));
+  const int workers = internal::NumWorkers();
+  std::vector<std::vector<double>> scratch(workers, std::vector<double>(2 * static_cast<size_t>(D)));
   internal::ParallelFor(dims.b * dims.n, [&](int64_t item, int worker) {
     const int64_t bi = item / dims.n, ni = item % dims.n;
     double* va = scratch[worker].data();
@@ -267,7 +198,7 @@ void MergeAttentionStates(const AttentionState& a, const AttentionState& b,
       StoreRow(dst.out, At(dst.out, bi, ni, s), dst.out.strides[3], D, va);
       *reinterpret_cast<float*>(At(dst.lse, bi, ni, s)) = static_cast<float>(lse);
     }
-  });
+  }, workers);
 }
 
 }  // namespace openfia

@@ -422,11 +422,18 @@ FiaGeometry AnalyzeFia(const FiaArgs& a) {
   if (tnd) {
     OPENFIA_CHECK(a.actual_seq_lengths.has_value(), "actual_seq_lengths",
                   "must be given for input_layout TND (该入参必须传入)", "None");
+    OPENFIA_CHECK(!a.actual_seq_lengths->empty(), "actual_seq_lengths",
+                  "must have one entry per batch (at least one) for input_layout TND", "[]");
     g.batch = static_cast<int64_t>(a.actual_seq_lengths->size());
   } else {
     g.batch = qd.b;
   }
   const int64_t B = g.batch;
+  // The per-batch bookkeeping is sized by B: past the NPU's documented limit (65536) only a
+  // batch the query's elements back, not the batch axis of an empty tensor alone.
+  OPENFIA_CHECK(B <= 65536 || B <= q.numel(), "query",
+                "a batch above 65536 needs a non-empty query (at least one element per batch)",
+                "B = ", B, ", shape ", q.shape_string());
   if (!inc) {
     OPENFIA_CHECK(a.sparse_mode >= 0 && a.sparse_mode <= 8, "sparse_mode",
                   "must be 0, 1, 2, 3 or 4", a.sparse_mode);

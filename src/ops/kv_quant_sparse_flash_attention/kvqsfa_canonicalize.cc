@@ -3,8 +3,10 @@
 // dtype) and the fp32 scales (the dequant's scale operand), all expressed as strides from a base
 // pointer at the field's byte offset in row 0. sparse_indices become per-row token lists.
 #include <cstdint>
+#include <new>
 #include <vector>
 
+#include "common/check.h"
 #include "common/numeric.h"
 #include "ops/kv_quant_sparse_flash_attention/kvqsfa_internal.h"
 
@@ -108,20 +110,37 @@ Problem CanonicalizeKvqsfa(const KvqsfaArgs& a, const KvqsfaShape& sh, const Ten
     p.q_row_base[b] = rows;
     rows += sh.q_len[b];
   }
-  p.key_offset.assign(rows + 1, 0);
-  for (int64_t b = 0; b < sh.batch; ++b) {
-    for (int64_t i = 0; i < sh.q_len[b]; ++i) {
-      const int64_t row = sh.q_begin[b] + i;
-      const int32_t* r =
-          q_tnd ? idx + row * si.stride(0) : idx + b * si.stride(0) + row * si.stride(1);
-      const SelectionWindow w =
-          RowWindow(a.sparse_mode, a.sparse_block_size, sh.q_len[b], sh.kv_len[b], i, sh.topk);
-      ForEachSelectedToken(r, si.stride(-1), w, a.sparse_block_size, [&](int64_t t) {
-        p.key_index.push_back(static_cast<int32_t>(t));
-      });
-      p.key_offset[p.q_row_base[b] + i + 1] = static_cast<int64_t>(p.key_index.size());
+  // Two passes over the rows (the indices are openfia's snapshot, so both see the same values):
+  // the list lengths, then the lists in memory allocated once.
+  const auto for_each_row = [&](auto&& row_fn) {
+    for (int64_t b = 0; b < sh.batch; ++b) {
+      for (int64_t i = 0; i < sh.q_len[b]; ++i) {
+        const int64_t row = sh.q_begin[b] + i;
+        const int32_t* r =
+            q_tnd ? idx + row * si.stride(0) : idx + b * si.stride(0) + row * si.stride(1);
+        row_fn(b, i, r,
+               RowWindow(a.sparse_mode, a.sparse_block_size, sh.q_len[b], sh.kv_len[b], i,
+                         sh.topk));
+      }
     }
+  };
+  p.key_offset.assign(rows + 1, 0);
+  for_each_row([&](int64_t b, int64_t i, const int32_t* r, const SelectionWindow& w) {
+    int64_t n = 0;
+    ForEachSelectedToken(r, si.stride(-1), w, a.sparse_block_size, [&](int64_t) { ++n; });
+    const int64_t x = p.q_row_base[b] + i;
+    p.key_offset[x + 1] = p.key_offset[x] + n;
+  });
+  try {
+    p.key_index.reserve(static_cast<size_t>(p.key_offset[rows]));
+  } catch (const std::bad_alloc&) {
+    FailAlloc("the per-row key lists", p.key_offset[rows] * int64_t{sizeof(int32_t)});
   }
+  for_each_row([&](int64_t, int64_t, const int32_t* r, const SelectionWindow& w) {
+    ForEachSelectedToken(r, si.stride(-1), w, a.sparse_block_size, [&](int64_t t) {
+      p.key_index.push_back(static_cast<int32_t>(t));
+    });
+  });
 
   if (a.sinks.defined()) p.sinks = static_cast<const float*>(a.sinks.data);
 

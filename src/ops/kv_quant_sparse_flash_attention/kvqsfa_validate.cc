@@ -2,12 +2,14 @@
 // and shapes, sequence lengths, paging, index contents. Sources: seeds/002 (torch_npu doc),
 // SEMANTICS.md 2, SPEC.md 2.9 and 2.12 (every index that addresses memory is checked).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "common/check.h"
+#include "common/views.h"
 #include "ops/kv_quant_sparse_flash_attention/kvqsfa_internal.h"
 
 namespace openfia::internal {
@@ -31,34 +33,9 @@ KvqLayout ParseLayout(const std::string& s, const char* arg, bool allow_pa) {
   return KvqLayout::kBSND;
 }
 
-// A present tensor with elements must have data (a view of nothing cannot be read).
-void CheckData(const TensorView& t, const char* arg) {
-  OPENFIA_CHECK(t.strides.size() == t.sizes.size(), arg, "must have one stride per dimension",
-                "sizes ", t.sizes, ", strides ", t.strides);
-  for (int64_t i = 0; i < t.dim(); ++i) {
-    OPENFIA_CHECK(t.sizes[i] >= 0, arg, "sizes must be non-negative", t.shape_string());
-    OPENFIA_CHECK(t.strides[i] >= 0, arg, "strides must be non-negative", "strides ", t.strides);
-  }
-  OPENFIA_CHECK(t.numel() == 0 || t.data != nullptr, arg, "must not be a null pointer", "null");
-  // Every element offset (and its byte offset) must be representable: sum (size-1)*stride and the
-  // element count stay below 2^56.
-  constexpr int64_t kMaxExtent = int64_t{1} << 56;
-  int64_t n = 1, extent = 0;
-  bool ovf = false;
-  for (int64_t i = 0; i < t.dim() && t.numel() > 0; ++i) {
-    int64_t term = 0;
-    ovf = ovf || __builtin_mul_overflow(n, t.sizes[i], &n) ||
-          __builtin_mul_overflow(t.sizes[i] - 1, t.strides[i], &term) ||
-          __builtin_add_overflow(extent, term, &extent);
-  }
-  OPENFIA_CHECK(!ovf && n <= kMaxExtent && extent <= kMaxExtent, arg,
-                "element count and strided extent must stay below 2^56", t.shape_string(),
-                " strides ", t.strides);
-}
-
 // Reads a 1-D int32/int64 host tensor (the NPU takes these as tensors).
 std::vector<int64_t> ReadLengths(const TensorView& t, const char* arg, int64_t expect_len) {
-  CheckData(t, arg);
+  CheckWellFormed(t, arg);
   OPENFIA_CHECK(t.dtype == DType::kInt32 || t.dtype == DType::kInt64, arg,
                 "must have dtype int32 or int64", DTypeName(t.dtype));
   OPENFIA_CHECK(t.dim() == 1, arg, "must be 1-D", t.shape_string());
@@ -142,6 +119,7 @@ KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& a) {
   const int64_t sbs = a.sparse_block_size;
   OPENFIA_CHECK(sbs >= 1 && sbs <= 128 && (sbs & (sbs - 1)) == 0, "sparse_block_size",
                 "must be a power of two in [1, 128]", sbs);
+  OPENFIA_CHECK(std::isfinite(a.scale_value), "scale_value", "must be finite", a.scale_value);
   sh.layout_q = ParseLayout(a.layout_query, "layout_query", false);
   sh.layout_kv = ParseLayout(a.layout_kv, "layout_kv", true);
   if (sh.layout_kv != KvqLayout::kPaBSND)
@@ -151,7 +129,7 @@ KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& a) {
 
   // ---- query ----
   const TensorView& q = a.query;
-  CheckData(q, "query");
+  CheckWellFormed(q, "query");
   // float32 is not accepted: the KV rows store the rope part as 64 two-byte query-dtype values.
   OPENFIA_CHECK(q.dtype == DType::kFloat16 || q.dtype == DType::kBFloat16, "query",
                 "must have dtype float16 or bfloat16", DTypeName(q.dtype));
@@ -172,7 +150,7 @@ KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& a) {
 
   // ---- key / value ----
   const TensorView& k = a.key;
-  CheckData(k, "key");
+  CheckWellFormed(k, "key");
   OPENFIA_CHECK(IsKvDType(k.dtype), "key",
                 "must have dtype int8, float8_e4m3fn or hifloat8 (uint8 carries hifloat8)",
                 DTypeName(k.dtype));
@@ -201,7 +179,7 @@ KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& a) {
                 "data must be 4-byte aligned (fp32 scales inside the rows)", k.data);
 
   const TensorView& v = a.value;
-  CheckData(v, "value");
+  CheckWellFormed(v, "value");
   OPENFIA_CHECK(IsKvDType(v.dtype) && KvFormat(v.dtype) == KvFormat(k.dtype), "value",
                 Str("must have the dtype of key (", DTypeName(k.dtype), ")"), DTypeName(v.dtype));
   bool v_shape_ok = v.dim() == k.dim() && (v.size(-1) == kKvqRowBytes || v.size(-1) == kKvqNope);
@@ -214,7 +192,7 @@ KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& a) {
 
   // ---- sparse_indices ----
   const TensorView& si = a.sparse_indices;
-  CheckData(si, "sparse_indices");
+  CheckWellFormed(si, "sparse_indices");
   OPENFIA_CHECK(si.dtype == DType::kInt32, "sparse_indices", "must have dtype int32",
                 DTypeName(si.dtype));
   OPENFIA_CHECK(si.dim() == (q_tnd ? 3 : 4), "sparse_indices",
@@ -262,7 +240,7 @@ KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& a) {
     OPENFIA_CHECK(a.actual_seq_lengths_kv.defined(), "actual_seq_lengths_kv",
                   "is required when layout_kv is PA_BSND", "None");
     const TensorView& bt = a.block_table;
-    CheckData(bt, "block_table");
+    CheckWellFormed(bt, "block_table");
     OPENFIA_CHECK(bt.dtype == DType::kInt32, "block_table", "must have dtype int32",
                   DTypeName(bt.dtype));
     OPENFIA_CHECK(bt.dim() == 2 && bt.size(0) == sh.batch, "block_table",
@@ -346,7 +324,7 @@ KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& a) {
 
   // ---- sinks ----
   if (a.sinks.defined()) {
-    CheckData(a.sinks, "sinks");
+    CheckWellFormed(a.sinks, "sinks");
     OPENFIA_CHECK(a.sinks.dtype == DType::kFloat32, "sinks", "must have dtype float32",
                   DTypeName(a.sinks.dtype));
     OPENFIA_CHECK(a.sinks.dim() == 1 && a.sinks.size(0) == sh.h_q, "sinks",

@@ -10,6 +10,7 @@
 // timing, so the plan is deterministic and the result independent of it.
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "common/check.h"
 #include "openfia/runtime.h"
@@ -284,11 +285,21 @@ namespace openfia {
 void SparseAttnSharedkvMetadata(const SasMetadataArgs& args, const TensorView& metadata) {
   using namespace internal;
   OpScope scope("npu_sparse_attn_sharedkv_metadata");
-  const SasConfig c = ValidateSasMetadata(args);
-  CheckSasMetadataTensor(metadata, "must be provided (the output)");
-  const int64_t workers = args.num_workers > 0 ? args.num_workers : SasDefaultWorkers();
-  const std::vector<int32_t> words = PlanSas(c, workers);
-  std::memcpy(metadata.data, words.data(), words.size() * sizeof(int32_t));
+  try {
+    Snapshot snap;
+    const SasConfig c = ValidateSasMetadata(SnapshotSasMetadata(args, &snap));
+    CheckSasMetadataTensor(metadata, "must be provided (the output)");
+    CheckOutputsDisjoint({{"metadata", &metadata}},
+                         {{"cu_seqlens_q", &args.cu_seqlens_q},
+                          {"cu_seqlens_ori_kv", &args.cu_seqlens_ori_kv},
+                          {"cu_seqlens_cmp_kv", &args.cu_seqlens_cmp_kv},
+                          {"seqused_q", &args.seqused_q}, {"seqused_kv", &args.seqused_kv}});
+    const int64_t workers = args.num_workers > 0 ? args.num_workers : SasDefaultWorkers();
+    const std::vector<int32_t> words = PlanSas(c, workers);
+    std::memcpy(metadata.data, words.data(), words.size() * sizeof(int32_t));
+  } catch (const std::bad_alloc&) {
+    FailAlloc("the work plan", -1);
+  }
 }
 
 }  // namespace openfia

@@ -6,6 +6,7 @@
 // reduce records are those of the configuration's S2 grid; any worker count 1..36 and any order
 // of the compute records is fine, because they only distribute work.
 #include <algorithm>
+#include <new>
 #include <string>
 
 #include "common/check.h"
@@ -141,8 +142,9 @@ void CheckSasMetadataTensor(const TensorView& metadata, const char* provided_rul
                 DTypeName(metadata.dtype));
   OPENFIA_CHECK(metadata.dim() == 1 && metadata.size(0) == kSasMetadataWords, "metadata",
                 Str("must have shape [", kSasMetadataWords, "]"), metadata.shape_string());
-  OPENFIA_CHECK(metadata.is_contiguous() && metadata.data != nullptr, "metadata",
-                "must be a contiguous int32 tensor", "strides ", metadata.strides);
+  OPENFIA_CHECK(metadata.data != nullptr, "metadata", "data must not be a null pointer", "null");
+  OPENFIA_CHECK(metadata.is_contiguous(), "metadata", "must be contiguous", "strides ",
+                metadata.strides);
 }
 
 }  // namespace openfia::internal
@@ -152,9 +154,15 @@ namespace openfia {
 void VerifySasMetadata(const SasMetadataArgs& args, const TensorView& metadata) {
   using namespace internal;
   OpScope scope("npu_sparse_attn_sharedkv_metadata");
-  const SasConfig c = ValidateSasMetadata(args);
-  CheckSasMetadataTensor(metadata, "must be provided");
-  VerifySasPlan(c, static_cast<const int32_t*>(metadata.data));
+  try {
+    Snapshot snap;
+    const SasConfig c = ValidateSasMetadata(SnapshotSasMetadata(args, &snap));
+    const TensorView words = snap.Take(metadata, "metadata");
+    CheckSasMetadataTensor(words, "must be provided");
+    VerifySasPlan(c, static_cast<const int32_t*>(words.data));
+  } catch (const std::bad_alloc&) {
+    FailAlloc("the work plan", -1);
+  }
 }
 
 }  // namespace openfia

@@ -5,7 +5,9 @@
 // key_source): its window of original tokens in ascending order, then its compressed entries
 // (SEMANTICS 3.3), so one softmax covers both, with the sinks in the denominator.
 #include <cmath>
+#include <new>
 
+#include "common/check.h"
 #include "common/numeric.h"
 #include "ops/sparse_attn_sharedkv/sas_internal.h"
 
@@ -73,6 +75,31 @@ Problem CanonicalizeSas(const SasArgs& a, const SasConfig& c, const TensorView& 
   // ---- per-row key lists ----
   const TensorView& idx = a.cmp_sparse_indices;
   const auto* idx_data = static_cast<const int32_t*>(idx.data);
+  // ori_mask_mode 4: band [pos - win_left, pos + win_right]; 3: causal; 0: everything.
+  const auto window = [&](int64_t pos, int64_t s2, int64_t* lo, int64_t* hi) {
+    *lo = c.ori_mask_mode == 4 ? std::max<int64_t>(0, pos - c.ori_win_left) : 0;
+    *hi = c.ori_mask_mode == 0 ? s2 - 1 : std::min(s2 - 1, pos + c.ori_win_right);
+  };
+  // The lists' capacity (exact without indices, an upper bound with them), allocated once: a
+  // refusal then names the size.
+  int64_t capacity = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t i = 0; i < c.q_len[b]; ++i) {
+      const int64_t pos = c.kv_len[b] - c.q_len[b] + i;
+      if (pos < 0) continue;
+      int64_t lo = 0, hi = 0;
+      window(pos, c.kv_len[b], &lo, &hi);
+      const int64_t thr = c.has_cmp ? (pos + 1) / c.cmp_ratio : 0;
+      capacity += std::max<int64_t>(0, hi - lo + 1) +
+                  (idx.defined() ? std::min(idx.size(-1), thr) : thr);
+    }
+  }
+  try {
+    p.key_index.reserve(static_cast<size_t>(capacity));
+    p.key_source.reserve(static_cast<size_t>(capacity));
+  } catch (const std::bad_alloc&) {
+    FailAlloc("the per-row key lists", capacity * int64_t{sizeof(int32_t) + sizeof(uint8_t)});
+  }
   p.key_offset = {0};
   p.q_row_base.assign(c.batch, 0);
   int64_t row0 = 0;
@@ -82,9 +109,8 @@ Problem CanonicalizeSas(const SasArgs& a, const SasConfig& c, const TensorView& 
     for (int64_t i = 0; i < s1; ++i) {
       const int64_t pos = s2 - s1 + i;  // absolute position of the query token
       if (pos >= 0) {                   // else: the row precedes the KV sequence, no keys
-        // ori_mask_mode 4: band [pos - win_left, pos + win_right]; 3: causal; 0: everything.
-        const int64_t lo = c.ori_mask_mode == 4 ? std::max<int64_t>(0, pos - c.ori_win_left) : 0;
-        const int64_t hi = c.ori_mask_mode == 0 ? s2 - 1 : std::min(s2 - 1, pos + c.ori_win_right);
+        int64_t lo = 0, hi = 0;
+        window(pos, s2, &lo, &hi);
         for (int64_t t = lo; t <= hi; ++t) {
           p.key_index.push_back(static_cast<int32_t>(t));
           p.key_source.push_back(0);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/problem.h"
+#include "common/views.h"
 #include "engine/engine.h"
 #include "openfia/sparse_attn_sharedkv.h"
 
@@ -30,6 +31,17 @@ struct SasConfig {
 
   int64_t group() const { return n1 / n2; }
 };
+
+// sas_validate.cc: `a` with its index tensors (lengths, block tables, sparse indices, metadata)
+// replaced by copies `snap` owns (common/views.h Snapshot); validation and computation read only
+// those.
+SasArgs SnapshotSas(const SasArgs& a, Snapshot* snap);
+SasMetadataArgs SnapshotSasMetadata(const SasMetadataArgs& a, Snapshot* snap);
+
+// Query tokens (batch x max_seqlen_q, or T) one SparseAttnSharedkvMetadata call may plan: the
+// plan's memory (~100 bytes per work unit) would otherwise follow two scalars without bound.
+// 4M tokens of DeepSeek-V4 queries (64 heads x 512) are 256 GiB, beyond any real call.
+inline constexpr int64_t kSasMaxPlanTokens = int64_t{1} << 22;
 
 // sas_validate.cc: every documented constraint in a fixed order; throws openfia::Error naming the
 // argument, the rule and the value. Reads only host-side index tensors, never q or the caches.

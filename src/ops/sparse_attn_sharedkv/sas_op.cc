@@ -13,12 +13,15 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "common/check.h"
 #include "common/outputs.h"
+#include "common/views.h"
 #include "engine/engine.h"
 #include "openfia/runtime.h"
 #include "openfia/sparse_attn_sharedkv.h"
@@ -84,7 +87,12 @@ void RunReferenceByPlan(const internal::Problem& p, const internal::SasUnits& u,
     }
   };
   std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  try {
+    for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  } catch (const std::system_error&) {
+    // The system refused a thread: the ones started and this one share the work (the ranges
+    // are claimed dynamically, so the result is the same).
+  }
   work();
   for (std::thread& t : pool) t.join();
   if (error) std::rethrow_exception(error);
@@ -168,46 +176,63 @@ Schedule SasSchedule(const Problem& p, const SasConfig& c, const SasUnits& u,
   return s;
 }
 
-void RunSas(const SasArgs& args, const TensorView& attention_out, const TensorView& softmax_lse,
-            EngineStats* stats) {
+void RunSas(const SasArgs& caller_args, const TensorView& attention_out,
+            const TensorView& softmax_lse, EngineStats* stats) {
   OpScope scope(kOp);
-  SasConfig config;
-  const SasOutputSpec spec = ValidateSas(args, &config);  // verifies metadata
-  CheckOutput(attention_out, "attention_out", spec.attention_out_sizes, spec.attention_out_dtype);
-  if (args.return_softmax_lse || softmax_lse.defined())
-    CheckOutput(softmax_lse, "softmax_lse", spec.softmax_lse_sizes, DType::kFloat32);
+  try {
+    Snapshot snap;
+    const SasArgs args = SnapshotSas(caller_args, &snap);
+    SasConfig config;
+    const SasOutputSpec spec = ValidateSas(args, &config);  // verifies metadata
+    CheckOutput(attention_out, "attention_out", spec.attention_out_sizes,
+                spec.attention_out_dtype);
+    if (args.return_softmax_lse || softmax_lse.defined())
+      CheckOutput(softmax_lse, "softmax_lse", spec.softmax_lse_sizes, DType::kFloat32);
+    const SasArgs& a = caller_args;
+    CheckOutputsDisjoint(
+        {{"attention_out", &attention_out}, {"softmax_lse", &softmax_lse}},
+        {{"q", &a.q}, {"ori_kv", &a.ori_kv}, {"cmp_kv", &a.cmp_kv},
+         {"ori_sparse_indices", &a.ori_sparse_indices},
+         {"cmp_sparse_indices", &a.cmp_sparse_indices}, {"ori_block_table", &a.ori_block_table},
+         {"cmp_block_table", &a.cmp_block_table}, {"cu_seqlens_q", &a.cu_seqlens_q},
+         {"cu_seqlens_ori_kv", &a.cu_seqlens_ori_kv}, {"cu_seqlens_cmp_kv", &a.cu_seqlens_cmp_kv},
+         {"seqused_kv", &a.seqused_kv}, {"sinks", &a.sinks}, {"metadata", &a.metadata}});
 
-  // The plan: the caller's (already verified against this call) or one made here.
-  const std::vector<int32_t> words =
-      args.metadata.defined()
-          ? std::vector<int32_t>(static_cast<const int32_t*>(args.metadata.data),
-                                 static_cast<const int32_t*>(args.metadata.data) +
-                                     kSasMetadataWords)
-          : PlanSas(config, SasDefaultWorkers());
-  const std::vector<SasWorkerRange> ranges = VerifySasPlan(config, words.data());
-  const SasUnits units = SasWorkUnits(config);
+    // The plan: the caller's (its snapshot, already verified against this call) or one made
+    // here.
+    const std::vector<int32_t> words =
+        args.metadata.defined()
+            ? std::vector<int32_t>(static_cast<const int32_t*>(args.metadata.data),
+                                   static_cast<const int32_t*>(args.metadata.data) +
+                                       kSasMetadataWords)
+            : PlanSas(config, SasDefaultWorkers());
+    const std::vector<SasWorkerRange> ranges = VerifySasPlan(config, words.data());
+    const SasUnits units = SasWorkUnits(config);
 
-  const Problem p = CanonicalizeSas(args, config, attention_out,
-                                    args.return_softmax_lse ? softmax_lse : TensorView());
-  // As RunSelectedImpl (common/dispatch.h) decides, with the plan's schedule for the engine.
-  const Impl impl = GetImpl();
-  std::string why;
-  if (impl != Impl::kReference && EngineSupports(p, &why)) {
-    // The schedule writes every row of out (and of lse when requested): rows without keys get
-    // 0 / +inf from the epilogue, and q has no padding rows (BSND rows are all S1 tokens). So
-    // only the placeholder lse of return_softmax_lse=False is pre-filled: a prefill output is
-    // hundreds of MB that would otherwise be written twice.
-    if (!args.return_softmax_lse && softmax_lse.defined() && softmax_lse.numel() > 0)
-      *static_cast<float*>(softmax_lse.data) = 0.f;  // the one-element placeholder
-    AdviseHugePages(attention_out.data,
-                    attention_out.numel() * ElementSize(attention_out.dtype));
-    RunSchedule(p, SasSchedule(p, config, units, ranges, words.data()), stats);
-  } else if (impl == Impl::kEngine) {
-    Fail(ErrorCode::kUnsupported, "impl", "the engine does not support this call", why);
-  } else {
-    // Pre-fill: rows without keys keep 0 and lse +inf; return_softmax_lse=False gives a 0.
-    PrefillOutputs(attention_out, softmax_lse, args.return_softmax_lse);
-    RunReferenceByPlan(p, units, ranges);
+    const Problem p = CanonicalizeSas(args, config, attention_out,
+                                      args.return_softmax_lse ? softmax_lse : TensorView());
+    // As RunSelectedImpl (common/dispatch.h) decides, with the plan's schedule for the engine.
+    const Impl impl = GetImpl();
+    std::string why;
+    if (impl != Impl::kReference && EngineSupports(p, &why)) {
+      // The schedule writes every row of out (and of lse when requested): rows without keys get
+      // 0 / +inf from the epilogue, and q has no padding rows (BSND rows are all S1 tokens). So
+      // only the placeholder lse of return_softmax_lse=False is pre-filled: a prefill output is
+      // hundreds of MB that would otherwise be written twice.
+      if (!args.return_softmax_lse && softmax_lse.defined() && softmax_lse.numel() > 0)
+        *static_cast<float*>(softmax_lse.data) = 0.f;  // the one-element placeholder
+      AdviseHugePages(attention_out.data,
+                      attention_out.numel() * ElementSize(attention_out.dtype));
+      RunSchedule(p, SasSchedule(p, config, units, ranges, words.data()), stats);
+    } else if (impl == Impl::kEngine) {
+      Fail(ErrorCode::kUnsupported, "impl", "the engine does not support this call", why);
+    } else {
+      // Pre-fill: rows without keys keep 0 and lse +inf; return_softmax_lse=False gives a 0.
+      PrefillOutputs(attention_out, softmax_lse, args.return_softmax_lse);
+      RunReferenceByPlan(p, units, ranges);
+    }
+  } catch (const std::bad_alloc&) {
+    FailAlloc("the call's working buffers", -1);
   }
 }
 
@@ -230,8 +255,13 @@ std::map<std::string, std::vector<double>> SparseAttnSharedkvBusy(
 
 SasOutputSpec SparseAttnSharedkvOutputSpec(const SasArgs& args) {
   internal::OpScope scope(kOp);
-  internal::SasConfig config;
-  return internal::ValidateSas(args, &config);
+  try {
+    internal::Snapshot snap;
+    internal::SasConfig config;
+    return internal::ValidateSas(internal::SnapshotSas(args, &snap), &config);
+  } catch (const std::bad_alloc&) {
+    internal::FailAlloc("the call's index tensors", -1);
+  }
 }
 
 void SparseAttnSharedkv(const SasArgs& args, const TensorView& attention_out,

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/views.h"
 #include "openfia/sparse_attn_sharedkv.h"
 #include "ops/sparse_attn_sharedkv/sas_internal.h"
 
@@ -22,9 +23,38 @@ int64_t ReadIndex(const TensorView& t, int64_t i) {
   return static_cast<const int32_t*>(t.data)[off];
 }
 
+SasArgs SnapshotSas(const SasArgs& a, Snapshot* snap) {
+  SasArgs c = a;
+  c.cmp_sparse_indices = snap->Take(a.cmp_sparse_indices, "cmp_sparse_indices");
+  c.ori_block_table = snap->Take(a.ori_block_table, "ori_block_table");
+  c.cmp_block_table = snap->Take(a.cmp_block_table, "cmp_block_table");
+  c.cu_seqlens_q = snap->Take(a.cu_seqlens_q, "cu_seqlens_q");
+  c.seqused_kv = snap->Take(a.seqused_kv, "seqused_kv");
+  c.metadata = snap->Take(a.metadata, "metadata");
+  return c;
+}
+
+SasMetadataArgs SnapshotSasMetadata(const SasMetadataArgs& a, Snapshot* snap) {
+  SasMetadataArgs c = a;
+  c.cu_seqlens_q = snap->Take(a.cu_seqlens_q, "cu_seqlens_q");
+  c.seqused_kv = snap->Take(a.seqused_kv, "seqused_kv");
+  return c;
+}
+
 namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// cu_seqlens_q (TND) counts B + 1 entries; seqused_kv (and the block table rows) count B too. When
+// the others agree on a B that cu_seqlens_q does not give, cu_seqlens_q is the argument that is
+// off, not the others.
+void CheckCuSeqlensCount(const TensorView& cu, int64_t batch_from_cu, int64_t other_batch,
+                         const char* others) {
+  OPENFIA_CHECK(other_batch < 0 || other_batch == batch_from_cu, "cu_seqlens_q",
+                Str("must have B+1 = ", other_batch + 1, " elements (", others, " hold B = ",
+                    other_batch, " batches)"),
+                cu.shape_string());
+}
 
 bool IsFloat(DType t) {
   return t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32;
@@ -194,6 +224,10 @@ SasConfig ValidateSasMetadata(const SasMetadataArgs& a) {
   if (c.layout_q == 1) {
     c.q_len = QLensFromCuSeqlens(a.cu_seqlens_q);
     c.batch = static_cast<int64_t>(c.q_len.size());
+    const int64_t kv_batch =
+        a.seqused_kv.defined() && a.seqused_kv.dim() == 1 ? a.seqused_kv.size(0) : -1;
+    if (a.batch_size > 0 && a.batch_size == kv_batch)
+      CheckCuSeqlensCount(a.cu_seqlens_q, c.batch, kv_batch, "batch_size and seqused_kv");
     OPENFIA_CHECK(a.batch_size == 0 || a.batch_size == c.batch, "batch_size",
                   Str("must equal len(cu_seqlens_q) - 1 = ", c.batch), a.batch_size);
     int64_t total = 0;
@@ -204,15 +238,22 @@ SasConfig ValidateSasMetadata(const SasMetadataArgs& a) {
     }
     OPENFIA_CHECK(total >= 1, "cu_seqlens_q", "must describe at least one query token (T >= 1)",
                   total);
+    OPENFIA_CHECK(total <= kSasMaxPlanTokens, "cu_seqlens_q",
+                  Str("must describe at most ", kSasMaxPlanTokens,
+                      " query tokens (the planner's limit)"),
+                  "T = ", total);
   } else {
     c.batch = a.batch_size > 0 ? a.batch_size : (a.seqused_kv.defined() ? a.seqused_kv.size(0) : 0);
     OPENFIA_CHECK(c.batch >= 1, "batch_size", "must be >= 1 (or given by seqused_kv) for BSND",
                   a.batch_size);
     OPENFIA_CHECK(a.max_seqlen_q >= 1, "max_seqlen_q", "must be S1 >= 1 for BSND",
                   a.max_seqlen_q);
-    // (before the per-batch vectors are sized from it)
-    OPENFIA_CHECK(c.batch <= kInt32Max && a.max_seqlen_q <= kInt32Max / c.batch, "max_seqlen_q",
-                  "times the batch must fit int32 (the query tokens of the metadata's cursors)",
+    // Before anything is sized from it: the plan's memory grows with the query tokens, which
+    // here come from two scalars alone.
+    OPENFIA_CHECK(c.batch <= kSasMaxPlanTokens && a.max_seqlen_q <= kSasMaxPlanTokens / c.batch,
+                  "max_seqlen_q",
+                  Str("times the batch must be at most ", kSasMaxPlanTokens,
+                      " query tokens (the planner's limit)"),
                   a.max_seqlen_q, " x ", c.batch);
     c.q_len.assign(c.batch, a.max_seqlen_q);
   }
@@ -286,6 +327,10 @@ SasOutputSpec ValidateSas(const SasArgs& a, SasConfig* cfg) {
   if (tnd) {
     c.q_len = QLensFromCuSeqlens(a.cu_seqlens_q);
     c.batch = static_cast<int64_t>(c.q_len.size());
+    if (a.seqused_kv.defined() && a.seqused_kv.dim() == 1 && a.ori_block_table.defined() &&
+        a.ori_block_table.dim() == 2 && a.seqused_kv.size(0) == a.ori_block_table.size(0))
+      CheckCuSeqlensCount(a.cu_seqlens_q, c.batch, a.seqused_kv.size(0),
+                          "seqused_kv and ori_block_table");
     const int64_t t_total = ReadIndex(a.cu_seqlens_q, c.batch);
     OPENFIA_CHECK(t_total == q.size(0), "cu_seqlens_q",
                   Str("last element must equal T = q.size(0) = ", q.size(0)), t_total);
