@@ -1,10 +1,11 @@
 // openfia: FusedInferAttentionScore (torch_npu.npu_fused_infer_attention_score) on the CPU.
 //
-// Semantics: ../shared/spec/SPEC.md section 1 and SEMANTICS.md section 1 (summarised in
-// docs/fused_infer_attention_score.md). Argument names, order and defaults follow torch_npu.
+// Semantics: docs/fused_infer_attention_score.md. Argument names, order and defaults follow
+// torch_npu.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,13 +77,41 @@ struct FiaOutputSpec {
   std::vector<int64_t> softmax_lse_sizes;  // (B,N,Q_S,1), (T,N,1), or [1] when not requested
 };
 
-// Validates `args` (throws openfia::Error naming the argument, the rule and the value) and
-// returns the output shapes. Reads the values of small host-side tensors (padding sizes, prefix
-// length, block_table) but never the bulk data.
+namespace internal {
+struct FiaGeometry;
+}
+
+// One validated call: the constructor checks every rule once (throws openfia::Error naming the
+// argument, the rule and the value); output_spec() and Run() then use that analysis without
+// checking again. Reads the values of small host-side tensors (padding sizes, prefix length,
+// block_table) but never the bulk data. `args`, and every tensor it names, must outlive the call.
+//   FiaCall call(args);
+//   ... allocate outputs of call.output_spec() ...
+//   call.Run(attention_out, softmax_lse);
+class FiaCall {
+ public:
+  explicit FiaCall(const FiaArgs& args);
+  ~FiaCall();
+  FiaCall(FiaCall&&) noexcept;
+  FiaCall& operator=(FiaCall&&) noexcept;
+
+  // Shapes and dtypes of the outputs.
+  const FiaOutputSpec& output_spec() const;
+
+  // Computes attention_out (and softmax_lse when softmax_lse_flag), as FusedInferAttentionScore.
+  void Run(const TensorView& attention_out, const TensorView& softmax_lse) const;
+
+ private:
+  const FiaArgs* args_;
+  std::unique_ptr<internal::FiaGeometry> g_;
+};
+
+// Validates `args` and returns the output shapes: FiaCall(args).output_spec().
 FiaOutputSpec FusedInferAttentionScoreOutputSpec(const FiaArgs& args);
 
-// Computes attention_out (and softmax_lse when softmax_lse_flag). Both outputs must be
-// contiguous tensors of the shapes and dtypes FusedInferAttentionScoreOutputSpec returns.
+// Validates `args` and computes attention_out (and softmax_lse when softmax_lse_flag):
+// FiaCall(args).Run(attention_out, softmax_lse). Both outputs must be contiguous tensors of the
+// shapes and dtypes FusedInferAttentionScoreOutputSpec returns.
 // softmax_lse may be absent when softmax_lse_flag is false (otherwise it is filled with 0).
 // Rows with no attendable key are 0 with lse +inf (see docs for the exact rules).
 void FusedInferAttentionScore(const FiaArgs& args, const TensorView& attention_out,

@@ -6,7 +6,6 @@
 
 #include "common/check.h"
 #include "common/numeric.h"
-#include "ops/fused_infer_attention_score/fia_geometry.h"
 #include "ops/fused_infer_attention_score/fia_internal.h"
 
 namespace openfia::internal {
@@ -152,10 +151,8 @@ int64_t ClipBand(int64_t v) {
 
 }  // namespace
 
-Problem CanonicalizeFia(const FiaArgs& a, const FiaOutputSpec& spec, const TensorView& out,
+Problem CanonicalizeFia(const FiaArgs& a, const FiaGeometry& g, const TensorView& out,
                         const TensorView& lse) {
-  const FiaGeometry g = AnalyzeFia(a);
-  (void)spec;
   Problem p;
   p.batch = g.batch;
   p.h_q = g.h_q;

@@ -2,8 +2,8 @@
 //
 // AnalyzeFia (fia_validate.cc) checks every documented constraint and returns the resolved
 // geometry: sizes, per-batch ranges, KV storage form, which antiquant/quant features apply and
-// the output spec. ValidateFia returns its `spec`; CanonicalizeFia re-runs it, so canonicalization
-// never sees an unvalidated argument, and then only turns this description into strides.
+// the output spec. It runs once per call; CanonicalizeFia takes its result, so canonicalization
+// never sees an unvalidated argument and only turns this description into strides.
 #pragma once
 
 #include <cstdint>
@@ -91,7 +91,9 @@ struct FiaGeometry {
   FiaOutputSpec spec;
 };
 
-// Checks every constraint (throws openfia::Error) and returns the resolved description.
+// Checks every constraint (throws openfia::Error) and returns the resolved description. Reads
+// small host-side tensors (padding sizes, prefix length, block_table ids, scalar scales) to prove
+// every memory index in range; the result points into `args`, which must outlive it.
 FiaGeometry AnalyzeFia(const FiaArgs& args);
 
 }  // namespace openfia::internal
