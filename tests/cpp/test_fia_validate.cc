@@ -632,8 +632,9 @@ std::vector<BadCase> BadCases() {
               c.a.key_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
               c.a.value_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51});
               c.a.kv_padding_size = c.ar.I64(0);
+              c.a.actual_seq_lengths_kv = std::vector<int64_t>{17};
             }),
-       "key_shared_prefix", kUns, "padding",
+       "key_shared_prefix", kUns, "kv_padding_size with actual_seq_lengths_kv",
        "prefix does not support left padding (不支持左padding场景)"},
       // ---- atten_mask / sparse_mode ----
       {"TndMode0WithMask",

@@ -905,10 +905,10 @@ class Analyzer {
                             "key_list given");
     OPENFIA_CHECK_SUPPORTED(!tnd_, "key_shared_prefix",
                             "input_layout TND does not support prefix", "TND");
-    OPENFIA_CHECK_SUPPORTED(!a_.query_padding_size.defined() && !a_.kv_padding_size.defined(),
-                            "key_shared_prefix",
+    OPENFIA_CHECK_SUPPORTED(!g_.left_padding, "key_shared_prefix",
                             "prefix does not support left padding (不支持左padding场景)",
-                            "query_padding_size/kv_padding_size given");
+                            q_pad_ ? "query_padding_size with actual_seq_lengths"
+                                   : "kv_padding_size with actual_seq_lengths_kv");
     OPENFIA_CHECK_SUPPORTED(!g_.full_quant, "key_shared_prefix",
                             "prefix does not support int8 query, key and value "
                             "(不支持输入qkv全部为int8的场景)",
@@ -1352,11 +1352,14 @@ class Analyzer {
   }
 
   // ---- 19. feature combinations not checked by an earlier stage ----
+  // Left padding takes effect only with its actual lengths (and for the query only when
+  // Q_S > 1); a padding size without effect is ignored, also with page attention.
   void CheckRemainingCombinations() const {
     if (!paged_) return;
-    OPENFIA_CHECK_SUPPORTED(!a_.query_padding_size.defined(), "query_padding_size",
+    OPENFIA_CHECK_SUPPORTED(!q_pad_, "query_padding_size",
                             "left padding does not support page attention (不支持PageAttention)",
                             "block_table given");
+    // A paged cache always has actual_seq_lengths_kv, so a KV padding size takes effect.
     OPENFIA_CHECK_SUPPORTED(!a_.kv_padding_size.defined(), "kv_padding_size",
                             "left padding does not support page attention (不支持PageAttention)",
                             "block_table given");

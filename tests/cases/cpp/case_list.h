@@ -72,6 +72,8 @@ class FiaCase {
 
   const CaseSpec& spec() const { return spec_; }
   const FiaArgs& args() const { return args_; }
+  // For tests that add an argument to the call or change one; the output spec must not change.
+  FiaArgs& mutable_args() { return args_; }
   const CaseGeometry& geometry() const { return geo_; }
   const FiaOutputSpec& output_spec() const { return out_spec_; }
 
