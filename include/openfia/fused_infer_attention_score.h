@@ -17,7 +17,8 @@ namespace openfia {
 // Every argument of the torch_npu signature. Optional tensors are absent when their TensorView is
 // default-constructed (defined() == false); optional integer lists are std::nullopt for None.
 struct FiaArgs {
-  // Required. query: [B,S,H] (BSH), [B,S,N,D] (BSND), [B,N,S,D] (BNSD, BNSD_BSND) or [T,N,D] (TND);
+  // Required. query: [B,S,H] (BSH), [B,S,N,D] (BSND), [B,N,S,D] (BNSD), [T,N,D] (TND) or
+  // [N,T,D] (NTD), the part of input_layout before "_" (after it: the output's layout);
   // float16, bfloat16, float32 or int8.
   TensorView query;
   // key/value: same layout as query (KV_S instead of S, KV_N instead of N), or a paged cache
@@ -54,6 +55,9 @@ struct FiaArgs {
   TensorView query_rope;                         // MLA: query's rope part, D = 64
   TensorView key_rope;                           // MLA: key's rope part, D = 64
   TensorView key_rope_antiquant_scale;           // reserved by the source; must be absent
+  // Learnable sinks (the current aclnn interface's learnableSink): [num_heads] bfloat16 (float16,
+  // float32 accepted); sinks[h] joins query head h's softmax denominator as exp(sinks[h] - max).
+  TensorView sinks;
 
   int64_t num_heads = 1;
   double scale = 1.0;

@@ -64,6 +64,7 @@ openfia::FiaArgs BuildArgs(const nb::kwargs& kw, Keepalive& keep) {
       {"query_rope", &A::query_rope},
       {"key_rope", &A::key_rope},
       {"key_rope_antiquant_scale", &A::key_rope_antiquant_scale},
+      {"sinks", &A::sinks},
   };
   static const IntField<A> kInts[] = {
       {"num_heads", &A::num_heads},

@@ -31,11 +31,21 @@ struct Call {
 };
 using CallPtr = std::unique_ptr<Call>;
 
-std::vector<int64_t> QShape(const std::string& l, int64_t b, int64_t s, int64_t n, int64_t d) {
+// Shape of query / key / value in input_layout `layout` (the part before "_").
+std::vector<int64_t> QShape(const std::string& layout, int64_t b, int64_t s, int64_t n,
+                            int64_t d) {
+  const std::string l = layout.substr(0, layout.find('_'));
   if (l == "BSH") return {b, s, n * d};
   if (l == "BSND") return {b, s, n, d};
   if (l == "TND") return {b * s, n, d};
-  return {b, n, s, d};  // BNSD, BNSD_BSND
+  if (l == "NTD") return {n, b * s, d};
+  return {b, n, s, d};  // BNSD
+}
+
+// TND, NTD, TND_NTD, NTD_TND: the batches share one T axis.
+bool Packed(const std::string& layout) {
+  const std::string in = layout.substr(0, layout.find('_'));
+  return in == "TND" || in == "NTD";
 }
 
 // A valid dense call: B batches of q_s query rows and kv_s key rows (TND: uniform lengths).
@@ -51,7 +61,7 @@ CallPtr Dense(const std::string& layout = "BSH", int64_t b = 3, int64_t q_s = 17
   a.query = c->ar.T(dt, QShape(layout, b, q_s, n, d));
   a.key = c->ar.T(dt, QShape(layout, b, kv_s, kvn, d));
   a.value = c->ar.T(dt, QShape(layout, b, kv_s, kvn, dv));
-  if (layout == "TND") {
+  if (Packed(layout)) {
     std::vector<int64_t> q, kv;
     for (int64_t i = 1; i <= b; ++i) q.push_back(i * q_s), kv.push_back(i * kv_s);
     a.actual_seq_lengths = q;
@@ -227,9 +237,6 @@ std::vector<BadCase> BadCases() {
        With(D0, [](C c) { c.a.key_shared_prefix = c.ar.T(DType::kFloat16, {1, 4, 51}); }),
        "value_shared_prefix", kBad, "only one",
        "key_shared_prefix and value_shared_prefix must both be None or both be given"},
-      {"PrefixLenWithoutPrefix", With(D0, [](C c) { c.a.actual_shared_prefix_len = c.ar.I64(2); }),
-       "actual_shared_prefix_len", kBad, "without",
-       "requires key_shared_prefix/value_shared_prefix"},
       {"KeyAqScaleWithoutValue",
        With([] { return Antiquant(); },
             [](C c) { c.a.key_antiquant_scale = c.ar.T(DType::kFloat16, {1, 51}); }),
@@ -254,7 +261,8 @@ std::vector<BadCase> BadCases() {
       // ---- attributes ----
       {"BadLayout", With(D0, [](C c) { c.a.input_layout = "SBH"; }), "input_layout", kBad,
        "SBH",
-       "must be one of BSH, BSND, BNSD, BNSD_BSND, TND"},
+       "must be one of BSH, BSND, BNSD, TND, NTD, BNSD_BSND, BSH_BNSD, BSND_BNSD, BSH_NBSD, "
+       "BSND_NBSD, BNSD_NBSD, TND_NTD, NTD_TND"},
       {"NumHeadsZero", With(D0, [](C c) { c.a.num_heads = 0; }), "num_heads", kBad, "0",
        "must be >= 1"},
       {"NumKvHeadsNegative", With(D0, [](C c) { c.a.num_key_value_heads = -1; }),
@@ -641,14 +649,14 @@ std::vector<BadCase> BadCases() {
        With([] { return Dense("TND"); },
             [](C c) { c.a.atten_mask = c.ar.T(DType::kBool, {17, 17}); }),
        "sparse_mode", kUns, "sparse_mode 0 with",
-       "input_layout TND supports only sparse_mode 0 without atten_mask or sparse_mode 3 with atten_mask"},
+       "input_layout TND supports only sparse_mode 0 without atten_mask or sparse_mode 3 or 4 with atten_mask"},
       {"TndMode2", With([] { return Dense("TND"); },
                         [](C c) {
                           c.a.sparse_mode = 2;
                           c.a.atten_mask = c.ar.CausalMask();
                         }),
        "sparse_mode", kUns, "sparse_mode 2",
-       "input_layout TND supports only sparse_mode 0 without atten_mask or sparse_mode 3 with atten_mask"},
+       "input_layout TND supports only sparse_mode 0 without atten_mask or sparse_mode 3 or 4 with atten_mask"},
       {"Mode1WithoutMask", With(D0, [](C c) { c.a.sparse_mode = 1; }), "atten_mask", kBad,
        "None",
        "is required by sparse_mode 1"},
@@ -683,32 +691,6 @@ std::vector<BadCase> BadCases() {
             }),
        "atten_mask", kBad, "[3, 2048, 2048]",
        "sparse_mode 3 needs the optimized mask of shape (2048, 2048), (1, 2048, 2048) or (1, 1, 2048, 2048)"},
-      {"Mode2MaskNotTriu",
-       With(D0,
-            [](C c) {
-              c.a.sparse_mode = 2;
-              c.a.atten_mask = c.ar.CausalMask();
-              static_cast<uint8_t*>(c.a.atten_mask.data)[5 * 2048 + 3] = 1;
-            }),
-       "atten_mask", kBad, "mask[5][3] = 1",
-       "sparse_mode 2 needs the upper-triangular mask triu(ones(2048, 2048), k=1) (1 above the diagonal, 0 elsewhere)"},
-      {"Mode3MaskHoleAboveDiagonal",
-       With(D0,
-            [](C c) {
-              c.a.sparse_mode = 3;
-              c.a.atten_mask = c.ar.CausalMask();
-              static_cast<uint8_t*>(c.a.atten_mask.data)[100 * 2048 + 2047] = 0;
-            }),
-       "atten_mask", kBad, "mask[100][2047] = 0",
-       "sparse_mode 3 needs the upper-triangular mask triu(ones(2048, 2048), k=1) (1 above the diagonal, 0 elsewhere)"},
-      {"Mode4MaskZeros",
-       With(D0,
-            [](C c) {
-              c.a.sparse_mode = 4;
-              c.a.atten_mask = c.ar.T(DType::kUInt8, {1, 1, 2048, 2048});
-            }),
-       "atten_mask", kBad, "mask[0][1] = 0",
-       "sparse_mode 4 needs the upper-triangular mask triu(ones(2048, 2048), k=1) (1 above the diagonal, 0 elsewhere)"},
       {"Mask1D", With(D0, [](C c) { c.a.atten_mask = c.ar.T(DType::kBool, {17}); }),
        "atten_mask", kBad, "[17]",
        "shape must be (Q_S, KV_S), (B, Q_S, KV_S), (1, Q_S, KV_S), (B, 1, Q_S, KV_S) or (1, 1, Q_S, KV_S)"},
@@ -938,14 +920,14 @@ std::vector<BadCase> BadCases() {
             }),
        "key_antiquant_mode", kBad, "block_table is None",
        "modes 4 and 5 manage scales by page attention and need block_table"},
-      {"PrefixWithPerToken",
+      {"PrefixPerTokenScalesTooShort",
        With([] { return SepAq(1); },
             [](C c) {
               c.a.key_shared_prefix = c.ar.T(DType::kInt8, {1, 4, 51});
               c.a.value_shared_prefix = c.ar.T(DType::kInt8, {1, 4, 51});
             }),
-       "key_antiquant_scale", kUns, "key_shared_prefix",
-       "per-token antiquant with a shared prefix is not supported (the source defines no scale for prefix tokens)"},
+       "key_antiquant_scale", kBad, "[1, 3, 17]",
+       "key_antiquant_mode 1 (per-token) needs shape (1, B, S) or (B, S) with B = 3, S >= 21"},
       {"Int4Paged",
        With([] { return Paged(4, 3, 1, 3, 1, 32, 3, {7, 1, 5}, DType::kInt32); },
             [](C c) {
@@ -1129,6 +1111,41 @@ std::vector<BadCase> BadCases() {
             }),
        "key_rope", kUns, "int8 key",
        "MLA with int8/int4 query or key is not supported (its rope dequantization parameter key_rope_antiquant_scale is reserved)"},
+      // ---- learnable sinks ----
+      {"SinksDtypeInt32", With(D0, [](C c) { c.a.sinks = c.ar.T(DType::kInt32, {3}); }),
+       "sinks", kBad, "int32",
+       "dtype must be bfloat16 (float16 and float32 are also accepted)"},
+      {"SinksPerKvHead",
+       With(D0, [](C c) { c.a.sinks = c.ar.T(DType::kBFloat16, {1}); }), "sinks", kBad, "[1]",
+       "shape must be (N,) with N = num_heads = 3"},
+      {"SinksNonContiguous",
+       With(D0,
+            [](C c) {
+              c.a.sinks = c.ar.T(DType::kFloat32, {3});
+              c.a.sinks.strides = {2};
+            }),
+       "sinks", kBad, "strides",
+       "does not support non-contiguous tensors (不支持非连续)"},
+      {"SinksWithFullQuant",
+       With(FullQuant, [](C c) { c.a.sinks = c.ar.T(DType::kBFloat16, {3}); }), "sinks", kUns,
+       "int8",
+       "learnable sinks with int8 query, key and value are not supported (the int8 softmax has no sink term)"},
+      {"TndMode1",
+       With([] { return Dense("TND"); },
+            [](C c) {
+              c.a.sparse_mode = 1;
+              c.a.atten_mask = c.ar.T(DType::kBool, {17, 17});
+            }),
+       "sparse_mode", kUns, "sparse_mode 1 with",
+       "input_layout TND supports only sparse_mode 0 without atten_mask or sparse_mode 3 or 4 with atten_mask"},
+      {"NtdHeadsMismatch",
+       With([] { return Dense("TND"); },
+            [](C c) {
+              c.a.input_layout = "NTD_TND";
+              c.a.query = c.ar.T(DType::kFloat16, {51, 3, 17});
+            }),
+       "query", kBad, "N = 51",
+       "the N axis must equal num_heads"},
       // ---- overflow-safe sizes ----
       {"NumHeadsHugeWithEmptyH",
        With(D0,
@@ -1157,11 +1174,13 @@ TEST(FiaAccepts, OutputShapesPerLayout) {
   struct L {
     const char* layout;
     Shape out;
-  } cases[] = {{"BSH", {3, 17, 15}},
-               {"BSND", {3, 17, 3, 5}},
-               {"BNSD", {3, 3, 17, 5}},
-               {"BNSD_BSND", {3, 17, 3, 5}},
-               {"TND", {51, 3, 5}}};
+  } cases[] = {{"BSH", {3, 17, 15}},        {"BSND", {3, 17, 3, 5}},
+               {"BNSD", {3, 3, 17, 5}},     {"TND", {51, 3, 5}},
+               {"NTD", {3, 51, 5}},         {"BNSD_BSND", {3, 17, 3, 5}},
+               {"BSH_BNSD", {3, 3, 17, 5}}, {"BSND_BNSD", {3, 3, 17, 5}},
+               {"BSH_NBSD", {3, 3, 17, 5}}, {"BSND_NBSD", {3, 3, 17, 5}},
+               {"BNSD_NBSD", {3, 3, 17, 5}}, {"TND_NTD", {3, 51, 5}},
+               {"NTD_TND", {51, 3, 5}}};
   for (const L& l : cases) {
     SCOPED_TRACE(l.layout);
     CallPtr c = Dense(l.layout, 3, 17, 3, 1, 17, 17, DType::kBFloat16, /*dv=*/5);
@@ -1171,8 +1190,7 @@ TEST(FiaAccepts, OutputShapesPerLayout) {
     EXPECT_EQ(s.softmax_lse_sizes, Shape{1});
     c->a.softmax_lse_flag = true;
     s = Validate(c->a);
-    EXPECT_EQ(s.softmax_lse_sizes,
-              std::string(l.layout) == "TND" ? Shape({51, 3, 1}) : Shape({3, 3, 17, 1}));
+    EXPECT_EQ(s.softmax_lse_sizes, Packed(l.layout) ? Shape({51, 3, 1}) : Shape({3, 3, 17, 1}));
   }
 }
 
@@ -1340,15 +1358,20 @@ TEST(FiaAccepts, PrefixMlaListsAndMasks) {
 // Canonicalization.
 // ------------------------------------------------------------------------------------------
 TEST(FiaCanonical, LayoutStridesMatchDirectIndex) {
-  const int64_t B = 3, S = 17, N = 3, D = 5;
-  for (const char* layout : {"BSH", "BSND", "BNSD", "BNSD_BSND", "TND"}) {
+  const int64_t B = 3, S = 17, N = 3, D = 5, DV = 7;
+  for (const char* layout : {"BSH", "BSND", "BNSD", "TND", "NTD", "BNSD_BSND", "BSH_BNSD",
+                             "BSND_BNSD", "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "TND_NTD",
+                             "NTD_TND"}) {
     SCOPED_TRACE(layout);
-    CallPtr c = Dense(layout, B, S, N, 1, D, 4, DType::kFloat16, 7);
+    CallPtr c = Dense(layout, B, S, N, 1, D, 4, DType::kFloat16, DV);
     c->a.softmax_lse_flag = true;
     const FiaGeometry g = AnalyzeFia(c->a);
     const Problem p = CanonicalizeFia(c->a, g, TensorView(),
                                       TensorView(nullptr, DType::kFloat32, {1}));
     const std::string l = layout;
+    const std::string in = l.substr(0, l.find('_'));
+    const std::string out = l.find('_') == std::string::npos ? l : l.substr(l.find('_') + 1);
+    const int64_t T = B * S;
     EXPECT_EQ(p.h_kv, 1);
     EXPECT_EQ(p.group(), 3);
     EXPECT_FALSE(p.incremental);
@@ -1358,21 +1381,24 @@ TEST(FiaCanonical, LayoutStridesMatchDirectIndex) {
           for (int64_t d = 0; d < D; ++d) {
             int64_t want;
             const int64_t row = p.q_begin[b] + s;
-            if (l == "BSH" || l == "BSND") want = ((b * S + s) * N + h) * D + d;
-            else if (l == "TND") want = (row * N + h) * D + d;
+            if (in == "BSH" || in == "BSND") want = ((b * S + s) * N + h) * D + d;
+            else if (in == "TND") want = (row * N + h) * D + d;
+            else if (in == "NTD") want = (h * T + row) * D + d;
             else want = ((b * N + h) * S + s) * D + d;
             ASSERT_EQ(p.q.Offset(b, h, row, d), want);
           }
-    // Output: BNSD_BSND writes BSND; value D is 7.
+    // Output in the layout after "_" (the input layout without one).
     const int64_t b = 2, h = 1, s = 5, d = 6;
     const int64_t row = p.q_begin[b] + s;
-    int64_t want_out = ((b * S + s) * N + h) * 7 + d;
-    if (l == "BNSD") want_out = ((b * N + h) * S + s) * 7 + d;
-    if (l == "TND") want_out = (row * N + h) * 7 + d;
+    int64_t want_out = ((b * S + s) * N + h) * DV + d;  // BSH, BSND
+    if (out == "BNSD") want_out = ((b * N + h) * S + s) * DV + d;
+    if (out == "NBSD") want_out = ((h * B + b) * S + s) * DV + d;
+    if (out == "TND") want_out = (row * N + h) * DV + d;
+    if (out == "NTD") want_out = (h * T + row) * DV + d;
     EXPECT_EQ(b * p.out_sb + h * p.out_sh + row * p.out_ss + d * p.out_sd, want_out);
-    const int64_t want_lse = l == "TND" ? row * N + h : (b * N + h) * S + s;
+    const int64_t want_lse = Packed(l) ? row * N + h : (b * N + h) * S + s;
     EXPECT_EQ(b * p.lse_sb + h * p.lse_sh + row * p.lse_ss, want_lse);
-    if (l == "TND") {
+    if (Packed(l)) {
       EXPECT_EQ(p.q.sb, 0);
       EXPECT_EQ(p.q_begin, Shape({0, 17, 34}));
       EXPECT_EQ(p.kv_begin, Shape({0, 4, 8}));
