@@ -45,7 +45,8 @@ Outputs RunCase(FiaCase& c, Impl impl) {
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // The call of `line` with `change` applied gives bitwise the outputs of the call without it, on
