@@ -1,10 +1,11 @@
 // openfia: FusedInferAttentionScore (torch_npu.npu_fused_infer_attention_score) on the CPU.
 //
-// Semantics: ../shared/spec/SPEC.md section 1 and SEMANTICS.md section 1 (summarised in
-// docs/fused_infer_attention_score.md). Argument names, order and defaults follow torch_npu.
+// Semantics: docs/fused_infer_attention_score.md. Argument names, order and defaults follow
+// torch_npu.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,7 +17,8 @@ namespace openfia {
 // Every argument of the torch_npu signature. Optional tensors are absent when their TensorView is
 // default-constructed (defined() == false); optional integer lists are std::nullopt for None.
 struct FiaArgs {
-  // Required. query: [B,S,H] (BSH), [B,S,N,D] (BSND), [B,N,S,D] (BNSD, BNSD_BSND) or [T,N,D] (TND);
+  // Required. query: [B,S,H] (BSH), [B,S,N,D] (BSND), [B,N,S,D] (BNSD), [T,N,D] (TND) or
+  // [N,T,D] (NTD), the part of input_layout before "_" (after it: the output's layout);
   // float16, bfloat16, float32 or int8.
   TensorView query;
   // key/value: same layout as query (KV_S instead of S, KV_N instead of N), or a paged cache
@@ -53,6 +55,9 @@ struct FiaArgs {
   TensorView query_rope;                         // MLA: query's rope part, D = 64
   TensorView key_rope;                           // MLA: key's rope part, D = 64
   TensorView key_rope_antiquant_scale;           // reserved by the source; must be absent
+  // Learnable sinks (the current aclnn interface's learnableSink): [num_heads] bfloat16 (float16,
+  // float32 accepted); sinks[h] joins query head h's softmax denominator as exp(sinks[h] - max).
+  TensorView sinks;
 
   int64_t num_heads = 1;
   double scale = 1.0;
@@ -76,13 +81,43 @@ struct FiaOutputSpec {
   std::vector<int64_t> softmax_lse_sizes;  // (B,N,Q_S,1), (T,N,1), or [1] when not requested
 };
 
-// Validates `args` (throws openfia::Error naming the argument, the rule and the value) and
-// returns the output shapes. Reads the values of small host-side tensors (padding sizes, prefix
-// length, block_table) but never the bulk data.
+namespace internal {
+struct FiaCallState;
+}
+
+// One validated call: the constructor checks every rule once (throws openfia::Error naming the
+// argument, the rule and the value); output_spec() and Run() then use that analysis without
+// checking again. Copies the small host-side tensors whose values address memory (padding
+// sizes, prefix length, block_table) once, so that a caller changing them meanwhile cannot make
+// the call read out of bounds; never reads the bulk data. `args`, and every tensor it names, must
+// outlive the call.
+//   FiaCall call(args);
+//   ... allocate outputs of call.output_spec() ...
+//   call.Run(attention_out, softmax_lse);
+class FiaCall {
+ public:
+  explicit FiaCall(const FiaArgs& args);
+  ~FiaCall();
+  FiaCall(FiaCall&&) noexcept;
+  FiaCall& operator=(FiaCall&&) noexcept;
+
+  // Shapes and dtypes of the outputs.
+  const FiaOutputSpec& output_spec() const;
+
+  // Computes attention_out (and softmax_lse when softmax_lse_flag), as FusedInferAttentionScore.
+  void Run(const TensorView& attention_out, const TensorView& softmax_lse) const;
+
+ private:
+  const FiaArgs* args_;
+  std::unique_ptr<internal::FiaCallState> s_;
+};
+
+// Validates `args` and returns the output shapes: FiaCall(args).output_spec().
 FiaOutputSpec FusedInferAttentionScoreOutputSpec(const FiaArgs& args);
 
-// Computes attention_out (and softmax_lse when softmax_lse_flag). Both outputs must be
-// contiguous tensors of the shapes and dtypes FusedInferAttentionScoreOutputSpec returns.
+// Validates `args` and computes attention_out (and softmax_lse when softmax_lse_flag):
+// FiaCall(args).Run(attention_out, softmax_lse). Both outputs must be contiguous tensors of the
+// shapes and dtypes FusedInferAttentionScoreOutputSpec returns.
 // softmax_lse may be absent when softmax_lse_flag is false (otherwise it is filled with 0).
 // Rows with no attendable key are 0 with lse +inf (see docs for the exact rules).
 void FusedInferAttentionScore(const FiaArgs& args, const TensorView& attention_out,

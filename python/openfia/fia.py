@@ -3,7 +3,7 @@
     out, lse = openfia.npu_fused_infer_attention_score(q, k, v, num_heads=32,
                                                        input_layout="BNSD", scale=0.088)
 
-The signature is torch_npu's, argument for argument. fia_output_spec() validates a call and
+The signature is torch_npu's, argument for argument, plus `sinks` at the end. fia_output_spec() validates a call and
 returns its output shapes without computing. This module needs torch only when called.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ _TENSOR_ARGS = (
     "quant_scale2", "quant_offset2", "antiquant_scale", "antiquant_offset", "block_table",
     "query_padding_size", "kv_padding_size", "key_antiquant_scale", "key_antiquant_offset",
     "value_antiquant_scale", "value_antiquant_offset", "key_shared_prefix", "value_shared_prefix",
-    "actual_shared_prefix_len", "query_rope", "key_rope", "key_rope_antiquant_scale",
+    "actual_shared_prefix_len", "query_rope", "key_rope", "key_rope_antiquant_scale", "sinks",
 )
 _INT_ARGS = (
     "num_heads", "pre_tokens", "next_tokens", "num_key_value_heads", "sparse_mode",
@@ -88,10 +88,11 @@ def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_
                                     input_layout="BSH", num_key_value_heads=0, sparse_mode=0,
                                     inner_precise=0, block_size=0, antiquant_mode=0,
                                     softmax_lse_flag=False, key_antiquant_mode=0,
-                                    value_antiquant_mode=0):
+                                    value_antiquant_mode=0, sinks=None):
     """torch_npu.npu_fused_infer_attention_score on CPU tensors; returns
     (attention_out, softmax_lse). key/value may be lists of tensors (torch_npu's tensorlist:
-    one [1, S_b, ...] tensor per batch). Goes through torch.ops.openfia so torch.compile traces
+    one [1, S_b, ...] tensor per batch). `sinks` (openfia's addition: the current aclnn
+    interface's learnableSink) is one logit per query head in the softmax denominator. Goes through torch.ops.openfia so torch.compile traces
     it as one op (eager calls on plain CPU tensors skip the dispatcher: the same native call)."""
     import torch
 
@@ -138,7 +139,8 @@ def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_
               input_layout=input_layout, num_key_value_heads=num_key_value_heads,
               sparse_mode=sparse_mode, inner_precise=inner_precise, block_size=block_size,
               antiquant_mode=antiquant_mode, softmax_lse_flag=softmax_lse_flag,
-              key_antiquant_mode=key_antiquant_mode, value_antiquant_mode=value_antiquant_mode)
+              key_antiquant_mode=key_antiquant_mode, value_antiquant_mode=value_antiquant_mode,
+              sinks=sinks)
 
 
 # Every keyword argument with its default (the schema's defaults too).

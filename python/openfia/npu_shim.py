@@ -3,11 +3,18 @@ so that such scripts run unchanged on a CPU (`python -m openfia run script.py`, 
 `openfia.patch_torch_npu()` before the script's imports). Installed only where the real package
 is absent: with a real torch_npu / torchair nothing here replaces anything of theirs.
 
-- `Tensor.npu(device=None, non_blocking=False)` returns the tensor itself (the CPU is openfia's
-  NPU); `torch.npu` / `torch_npu.npu` answer the usual housekeeping calls (synchronize,
-  set_device, current_device, empty_cache, manual_seed as no-ops or their CPU meaning) and say
-  `is_available() == False`, `device_count() == 0`, so code that picks a device string picks
-  "cpu".
+- `Tensor.npu(device=None, non_blocking=False)` returns the tensor itself and
+  `torch.nn.Module.npu(device=None)` the module itself (the CPU is openfia's NPU); `torch.npu` /
+  `torch_npu.npu` answer the usual housekeeping calls (synchronize, set_device, current_device,
+  empty_cache, manual_seed, set_compile_mode as no-ops or their CPU meaning; `torch.npu.config`
+  takes any option, e.g. `allow_internal_format`) and say `is_available() == False`,
+  `device_count() == 0`, so code that picks a device string picks "cpu".
+- `torch_npu.testing`, as far as Ascend's operator test files use it:
+  `torch_npu.testing.testcase.TestCase` (a unittest.TestCase whose `assertEqual` compares tensors
+  with torch.testing.assert_close and `assertRtolEqual(expected, actual, prec, prec16)` checks
+  every element), `run_tests()` (unittest.main) and
+  `torch_npu.testing.common_utils.SupportedDevices(devices)`, which runs the test whatever the
+  device list names: openfia stands in for each of them.
 - Device strings: "npu" becomes a device name torch parses (`torch.device("npu:0")`; the
   privateuse1 backend renamed, where nothing else has renamed it) and a torch-function mode maps
   every "npu" device to the CPU where tensors are made or moved: `device=` of any torch function
@@ -47,6 +54,11 @@ def _tensor_npu(self, device=None, non_blocking=False):
     return self
 
 
+def _module_npu(self, device=None):
+    """openfia stand-in for torch_npu's Module.npu(): the module itself, on the CPU."""
+    return self
+
+
 def _npu_namespace():
     import torch
 
@@ -64,6 +76,9 @@ def _npu_namespace():
     ns.manual_seed = lambda seed: torch.default_generator.manual_seed(int(seed))
     ns.manual_seed_all = ns.manual_seed
     ns._is_in_bad_fork = lambda: False
+    # Graph compilation settings of the NPU runtime: nothing to set on the CPU.
+    ns.set_compile_mode = lambda jit_compile=False, **kwargs: None
+    ns.config = _Options()  # torch.npu.config.allow_internal_format = False, ...
     return ns
 
 
@@ -146,12 +161,15 @@ def install_device_mapping():
 
 
 def install_device_shims(torch_npu_module):
-    """Tensor.npu, torch.npu (also as torch_npu.npu) and the "npu" device mapping, where
-    torch_npu is openfia's stand-in."""
+    """Tensor.npu, Module.npu, torch.npu (also as torch_npu.npu), the "npu" device mapping and
+    torch_npu.testing, where torch_npu is openfia's stand-in."""
     import torch
 
     if not hasattr(torch.Tensor, "npu"):
         torch.Tensor.npu = _tensor_npu
+    if not hasattr(torch.nn.Module, "npu"):
+        torch.nn.Module.npu = _module_npu
+    install_testing(torch_npu_module)
     if not hasattr(torch, "npu"):
         torch.npu = _npu_namespace()
         sys.modules.setdefault("torch.npu", torch.npu)
@@ -174,6 +192,91 @@ class _Options:
 
     def __repr__(self):
         return f"Options({vars(self)})"
+
+
+def _as_float64(x):
+    import numpy as np
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().to(torch.float64).numpy(), x.dtype in (torch.float16,
+                                                                        torch.bfloat16)
+    a = np.asarray(x)
+    return a.astype(np.float64), a.dtype == np.float16
+
+
+def _make_test_case_class():
+    import unittest
+
+    import numpy as np
+    import torch
+
+    class TestCase(unittest.TestCase):
+        """openfia stand-in for torch_npu.testing.testcase.TestCase."""
+
+        def assertEqual(self, first, second, msg=None, **kwargs):
+            if isinstance(first, torch.Tensor) or isinstance(second, torch.Tensor):
+                torch.testing.assert_close(torch.as_tensor(first), torch.as_tensor(second),
+                                           msg=msg, check_dtype=False, **kwargs)
+            else:
+                super().assertEqual(first, second, msg)
+
+        def assertRtolEqual(self, expected, actual, prec=1.0e-4, prec16=1.0e-3,
+                            auto_trans_dtype=False, message=None):
+            """Every element within prec (prec16 for half-precision inputs) of the expected
+            value, relative to max(|expected|, 1); NaN and infinity at the same positions."""
+            e, e16 = _as_float64(expected)
+            a, a16 = _as_float64(actual)
+            self.assertEqual(e.shape, a.shape, message)
+            self.assertTrue(np.array_equal(np.isnan(e), np.isnan(a)), message or "NaN positions")
+            fin = np.isfinite(e)
+            self.assertTrue(np.array_equal(e[~fin & ~np.isnan(e)], a[~fin & ~np.isnan(e)]),
+                            message or "infinities")
+            tol = (prec16 if e16 or a16 else prec) * np.maximum(np.abs(e[fin]), 1.0)
+            err = np.abs(a[fin] - e[fin])
+            if err.size and not (err <= tol).all():
+                i = int(np.argmax(err - tol))
+                self.fail(message or f"{int((err > tol).sum())} of {err.size} elements differ; "
+                          f"worst: {a[fin][i]!r} vs expected {e[fin][i]!r}")
+
+    return TestCase
+
+
+def _run_tests():
+    """openfia stand-in for torch_npu.testing.testcase.run_tests."""
+    import unittest
+
+    unittest.main()
+
+
+def SupportedDevices(devices):  # noqa: N802 (the upstream name)
+    """openfia stand-in for torch_npu.testing.common_utils.SupportedDevices: the test runs,
+    whatever devices it names (openfia computes what each of them computes)."""
+    return lambda func: func
+
+
+def install_testing(torch_npu_module):
+    """torch_npu.testing with its testcase and common_utils modules, where absent."""
+    if "torch_npu.testing" in sys.modules:
+        return
+    if not hasattr(torch_npu_module, "__path__"):
+        torch_npu_module.__path__ = []  # a package: `from torch_npu.testing import ...` works
+    names = ("torch_npu.testing", "torch_npu.testing.testcase", "torch_npu.testing.common_utils")
+    mods = {}
+    for name in names:
+        m = types.ModuleType(name)
+        m.__doc__ = "openfia stand-in for " + name
+        m.__openfia_stand_in__ = True
+        m.__path__ = []
+        mods[name] = m
+    tc = _make_test_case_class()
+    for m in (mods["torch_npu.testing.testcase"], mods["torch_npu.testing.common_utils"]):
+        m.TestCase, m.run_tests = tc, _run_tests
+    mods["torch_npu.testing.common_utils"].SupportedDevices = SupportedDevices
+    mods["torch_npu.testing"].testcase = mods["torch_npu.testing.testcase"]
+    mods["torch_npu.testing"].common_utils = mods["torch_npu.testing.common_utils"]
+    torch_npu_module.testing = mods["torch_npu.testing"]
+    sys.modules.update(mods)
 
 
 class CompilerConfig(_Options):

@@ -19,7 +19,8 @@ TORCH_DTYPES = N.torch_dtypes()
 
 # ---- schemas -------------------------------------------------------------------------------------
 
-# The argument list after `value`, exactly as torch_npu declares npu_fused_infer_attention_score.
+# The argument list after `value` as torch_npu declares npu_fused_infer_attention_score, plus
+# openfia's `sinks` at the end.
 _FIA_KWARGS_SCHEMA = (
     "*, Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, "
     "SymInt[]? actual_seq_lengths_kv=None, Tensor? dequant_scale1=None, "
@@ -34,7 +35,7 @@ _FIA_KWARGS_SCHEMA = (
     "int pre_tokens=2147483647, int next_tokens=2147483647, str input_layout=\"BSH\", "
     "int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, int block_size=0, "
     "int antiquant_mode=0, bool softmax_lse_flag=False, int key_antiquant_mode=0, "
-    "int value_antiquant_mode=0) -> (Tensor, Tensor)"
+    "int value_antiquant_mode=0, Tensor? sinks=None) -> (Tensor, Tensor)"
 )
 FIA_SCHEMA = "(Tensor query, Tensor key, Tensor value, " + _FIA_KWARGS_SCHEMA
 FIA_TENSORLIST_SCHEMA = "(Tensor query, Tensor[] key, Tensor[] value, " + _FIA_KWARGS_SCHEMA
@@ -102,51 +103,51 @@ def _merge_cpu(out_a, lse_a, out_b=None, lse_b=None, *, input_layout="BSND", out
 
 # ---- fake kernels --------------------------------------------------------------------------------
 
+# input_layout -> (query layout, output layout): the part after "_" names the output's layout.
+_IN_LAYOUTS = ("BSH", "BSND", "BNSD", "TND", "NTD")
+_OUT_LAYOUTS = _IN_LAYOUTS + ("NBSD",)
+
+
 def fia_fake_spec(query, key, value, *, block_table=None, quant_scale2=None, num_heads=1,
                   input_layout="BSH", num_key_value_heads=0, softmax_lse_flag=False, **_):
     """Output (sizes, dtype) and lse sizes of a call, from shapes only. Mirrors the C++
     FusedInferAttentionScoreOutputSpec for valid calls (tests check they agree on every case):
-    out = query's shape with the last dimension value's D (BSH: N*D_v); BNSD_BSND gives BSND;
-    an int32 key/value is packed int4, so its real D is 8x the stored one. int8 when
-    quant_scale2 is given, float16 for an int8 query without it, else query's dtype.
-    lse: (B, N, Q_S, 1), TND (T, N, 1), or [1] when softmax_lse_flag is False."""
-    layout = input_layout
+    out = the query's B, S, N (T, N) with value's D (BSH: N*D_v), in the layout after "_" of
+    input_layout (BNSD_BSND gives BSND, *_NBSD gives [N, B, S, D]); an int32 key/value is packed
+    int4, so its real D is 8x the stored one. int8 when quant_scale2 is given, float16 for an int8
+    query without it, else query's dtype. lse: (B, N, Q_S, 1), TND/NTD (T, N, 1), or [1] when
+    softmax_lse_flag is False."""
+    q_layout, _, out_layout = input_layout.partition("_")
+    out_layout = out_layout or q_layout
+    if q_layout not in _IN_LAYOUTS or out_layout not in _OUT_LAYOUTS:
+        raise N.error(fia.NAME, "input_layout",
+                      "must be one of BSH, BSND, BNSD, TND, NTD, BNSD_BSND, BSH_BNSD, BSND_BNSD, "
+                      "BSH_NBSD, BSND_NBSD, BNSD_NBSD, TND_NTD, NTD_TND", input_layout)
     v = value[0] if isinstance(value, (list, tuple)) else value
     q = list(query.shape)
-    if layout == "BSH":
-        n = num_heads
-    elif layout in ("BSND", "TND"):
-        n = q[-2]
-    else:  # BNSD, BNSD_BSND
-        n = q[1]
+    if q_layout == "BSH":
+        b, s, n = q[0], q[1], num_heads
+    elif q_layout == "BSND":
+        b, s, n = q[0], q[1], q[2]
+    elif q_layout == "BNSD":
+        b, s, n = q[0], q[2], q[1]
+    elif q_layout == "TND":
+        b, s, n = 1, q[0], q[1]
+    else:  # NTD
+        b, s, n = 1, q[1], q[0]
     kvn = num_key_value_heads if num_key_value_heads > 0 else n
     pack = 8 if v.dtype == torch.int32 else 1
     if block_table is not None and v.dim() == 5:  # NZ [blocks, KV_N, D/16, block_size, 16]
         dv = v.shape[2] * v.shape[4] * pack
     elif block_table is not None and v.dim() == 4:  # [blocks, KV_N, block_size, D]
         dv = v.shape[3] * pack
-    elif block_table is not None or layout == "BSH":  # [.., .., KV_N*D]
+    elif block_table is not None or q_layout == "BSH":  # [.., .., KV_N*D]
         dv = v.shape[-1] * pack // kvn
     else:
         dv = v.shape[-1] * pack
-    if layout == "BSH":
-        out = [q[0], q[1], n * dv]
-        lse = [q[0], n, q[1], 1]
-    elif layout == "BSND":
-        out = [q[0], q[1], q[2], dv]
-        lse = [q[0], q[2], q[1], 1]
-    elif layout == "BNSD":
-        out = [q[0], q[1], q[2], dv]
-        lse = [q[0], q[1], q[2], 1]
-    elif layout == "BNSD_BSND":
-        out = [q[0], q[2], q[1], dv]
-        lse = [q[0], q[1], q[2], 1]
-    elif layout == "TND":
-        out = [q[0], q[1], dv]
-        lse = [q[0], q[1], 1]
-    else:
-        raise N.error(fia.NAME, "input_layout", "must be one of BSH, BSND, BNSD, BNSD_BSND, TND",
-                      layout)
+    out = {"BSH": [b, s, n * dv], "BSND": [b, s, n, dv], "BNSD": [b, n, s, dv],
+           "NBSD": [n, b, s, dv], "TND": [s, n, dv], "NTD": [n, s, dv]}[out_layout]
+    lse = [s, n, 1] if q_layout in ("TND", "NTD") else [b, n, s, 1]
     if quant_scale2 is not None:
         dtype = torch.int8
     elif query.dtype == torch.int8:

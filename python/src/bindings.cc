@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "openfia/openfia.h"
@@ -16,13 +17,13 @@
 
 namespace nb = nanobind;
 using openfia::py::Allocated;
+using openfia::py::AllocOutputs;
 using openfia::py::BindingError;
 using openfia::py::IntField;
 using openfia::py::Keepalive;
 using openfia::py::OutputSpecDict;
 using openfia::py::OutputSpecOf;
 using openfia::py::SetTableField;
-using openfia::py::SpecAllocCompute;
 using openfia::py::TensorField;
 using openfia::py::ToBool;
 using openfia::py::ToDouble;
@@ -69,6 +70,7 @@ openfia::FiaArgs BuildArgs(const nb::kwargs& kw, Keepalive& keep) {
       {"query_rope", &A::query_rope},
       {"key_rope", &A::key_rope},
       {"key_rope_antiquant_scale", &A::key_rope_antiquant_scale},
+      {"sinks", &A::sinks},
   };
   static const IntField<A> kInts[] = {
       {"num_heads", &A::num_heads},
@@ -174,11 +176,21 @@ NB_MODULE(_openfia, m) {
   m.def(
       "fia_call",
       [](nb::handle alloc, const nb::kwargs& kw) {
-        return SpecAllocCompute(
-            BuildArgs, kw, alloc, openfia::FusedInferAttentionScoreOutputSpec,
-            [](const openfia::FiaArgs& a, const std::vector<Allocated>& o) {
-              openfia::FusedInferAttentionScore(a, o[0].view, o[1].view);
-            });
+        // One analysis for the whole call: validation (GIL released), the outputs from its spec
+        // through `alloc` (GIL held), then the compute (GIL released).
+        Keepalive keep;
+        const openfia::FiaArgs args = BuildArgs(kw, keep);
+        std::optional<openfia::FiaCall> call;
+        {
+          nb::gil_scoped_release release;
+          call.emplace(args);
+        }
+        const std::vector<Allocated> outs = AllocOutputs(alloc, call->output_spec(), keep);
+        {
+          nb::gil_scoped_release release;
+          call->Run(outs[0].view, outs[1].view);
+        }
+        return nb::make_tuple(outs[0].tensor, outs[1].tensor);
       },
       nb::arg("alloc"), nb::arg("kwargs"),
       "Validates, allocates the outputs through alloc(sizes, dtype name, output name) -> "

@@ -65,8 +65,9 @@ struct Dequant {
   int64_t sb = 0, sh = 0, ss = 0, sd = 0;  // shared by scale and offset
   int64_t d_group = 0;  // > 0: the channel term is (d / d_group) * sd instead of d * sd
   // true: (b, s) are the batch and the token's position in the batch's KV sequence even when
-  // the cache is paged (per-token (B, S) scales with page attention, Q_S == 1); false: storage
-  // coordinates as described above.
+  // the cache is paged (per-token (B, S) scales with page attention, Q_S == 1), or, for a shared
+  // prefix's parameters, the batch and the prefix row (per-token scales of a prefix are per
+  // batch); false: storage coordinates as described above.
   bool logical = false;
 
   int64_t Index(int64_t b, int64_t h, int64_t s, int64_t d) const {
@@ -151,6 +152,10 @@ struct Problem {
   std::vector<uint8_t> key_source;  // [key_index.size()] or empty (every entry names k/v)
 
   const float* sinks = nullptr;  // [h_q] or null: a per-head logit added to the softmax denominator
+
+  // Antiquant K/V (Dequant kind != kNone) keep their fp32 value (x + offset) * scale; false: it is
+  // rounded to the query dtype before the products, as the low-precision path does.
+  bool kv_dequant_f32 = false;
 
   // ---- int8 full quantization (query/key/value int8) ----
   bool full_quant = false;

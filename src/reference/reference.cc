@@ -50,7 +50,7 @@ KeyAddr Locate2(const Problem& p, const KvOperand& kv, int64_t b, int64_t t) {
 }
 
 KeyAddr Locate(const Problem& p, const KvOperand& kv, int64_t b, int64_t j) {
-  if (j < p.prefix_len) return {&kv.prefix, &kv.prefix_dequant, 0, j, 0, j};
+  if (j < p.prefix_len) return {&kv.prefix, &kv.prefix_dequant, 0, j, b, j};
   const int64_t t = p.kv_begin[b] + j - p.prefix_len;
   if (p.paged) {
     const int64_t block = p.block_table[b * p.bt_stride + t / p.block_size];
@@ -193,8 +193,9 @@ Gathered Gather(const Problem& p, int64_t b, int64_t hk, const std::vector<char>
   const int64_t total = total1 + Kv2Len(p, b);
   g.k.assign(total * g.dk, 0.f);
   g.v.assign(total * g.dv, 0.f);
-  // Full quantization feeds raw int8 to the int32 matmul: no dequant, no rounding to q dtype.
-  const Elem round_to = p.full_quant ? Elem::kF32 : p.q.elem;
+  // Full quantization feeds raw int8 to the int32 matmul: no dequant, no rounding to q dtype;
+  // high-precision antiquant keeps the fp32 dequantized value.
+  const Elem round_to = p.full_quant || p.kv_dequant_f32 ? Elem::kF32 : p.q.elem;
   for (int64_t j = 0; j < total; ++j) {
     if (!needed[j]) continue;
     if (j >= total1) {  // second source: no rope (problem.h)

@@ -33,7 +33,8 @@ std::vector<TensorView*> Tensors(FiaArgs& a) {
       &a.antiquant_offset, &a.block_table, &a.query_padding_size, &a.kv_padding_size,
       &a.key_antiquant_scale, &a.key_antiquant_offset, &a.value_antiquant_scale,
       &a.value_antiquant_offset, &a.key_shared_prefix, &a.value_shared_prefix,
-      &a.actual_shared_prefix_len, &a.query_rope, &a.key_rope, &a.key_rope_antiquant_scale};
+      &a.actual_shared_prefix_len, &a.query_rope, &a.key_rope, &a.key_rope_antiquant_scale,
+      &a.sinks};
   for (TensorView& x : a.key_list) t.push_back(&x);
   for (TensorView& x : a.value_list) t.push_back(&x);
   return t;
@@ -190,7 +191,8 @@ class Mutator {
             break;
           default:
             a.input_layout = Pick<std::string>({"BSH", "BSND", "BNSD", "BNSD_BSND", "TND", "NSD",
-                                                "bsh", "", "BNSD_NBSD"});
+                                                "bsh", "", "BNSD_NBSD", "NTD", "TND_NTD",
+                                                "BSH_NBSD", "NTD_BSH"});
         }
         return true;
       }

@@ -62,8 +62,9 @@ def _broadcast_lengths(lengths, batch, default):
 
 
 def bnsd_to_layout(x, layout):
-    """[B, N, S, D] -> the given layout (BSH merges N and D)."""
-    if layout in ("BNSD", "BNSD_BSND"):
+    """[B, N, S, D] -> the query layout of input_layout `layout` (BSH merges N and D)."""
+    layout = layout.partition("_")[0]
+    if layout == "BNSD":
         return x.contiguous()
     if layout == "BSND":
         return x.permute(0, 2, 1, 3).contiguous()
@@ -73,9 +74,11 @@ def bnsd_to_layout(x, layout):
     raise ValueError(layout)
 
 
-def _tnd(x, lengths):
-    """[B, N, S, D] and per-batch lengths -> [sum(lengths), N, D] (rows [0, len_b) of each b)."""
-    return torch.cat([x[b, :, :lengths[b]].permute(1, 0, 2) for b in range(x.shape[0])], 0)
+def _tnd(x, lengths, ntd=False):
+    """[B, N, S, D] and per-batch lengths -> [sum(lengths), N, D] (rows [0, len_b) of each b);
+    NTD: [N, sum(lengths), D]."""
+    t = torch.cat([x[b, :, :lengths[b]].permute(1, 0, 2) for b in range(x.shape[0])], 0)
+    return t.permute(1, 0, 2).contiguous() if ntd else t
 
 
 # ---- the inputs of a case -----------------------------------------------------------------------
@@ -84,7 +87,11 @@ def build_inputs(case):
     """Returns {query, key, value, <kwargs>} for openfia.npu_fused_infer_attention_score."""
     c = case
     g = _gen(c)
-    layout = c.p["layout"]
+    layout = c.p["layout"]  # input_layout: the query layout, after "_" the output's
+    q_layout, _, out_layout = layout.partition("_")
+    out_layout = out_layout or q_layout
+    packed = q_layout in ("TND", "NTD")
+    ntd = q_layout == "NTD"
     B, N, S, KVS, D = c.i("B"), c.i("N"), c.i("S"), c.i("KVS"), c.i("D")
     KVN = int(c.p["KVN"]) if c.p["KVN"] else N
     DV = int(c.p["DV"]) if c.p["DV"] else D
@@ -106,7 +113,7 @@ def build_inputs(case):
         act_kv = [KVS] * B
     # Q_S == 1 (the incremental branch) ignores actual_seq_lengths (SEMANTICS.md 1.1; TND keeps
     # them: they give T): every query row is valid, whatever the case passes to the operator.
-    q_lengths_apply = act_q is not None and (S != 1 or layout == "TND")
+    q_lengths_apply = act_q is not None and (S != 1 or packed)
     aq = _broadcast_lengths(act_q if q_lengths_apply else None, B, S)
     akv = _broadcast_lengths(act_kv, B, KVS)
     # Valid tensor rows of each batch (left padding shifts the window to the right end).
@@ -119,7 +126,7 @@ def build_inputs(case):
     for b in range(B):
         # Q_S == 1: a window starting before the tensor makes the batch attend nothing
         # (SEMANTICS 1.6); Q_S > 1 rejects it.
-        if kv_begin[b] < 0 and S == 1 and layout != "TND":
+        if kv_begin[b] < 0 and S == 1 and not packed:
             kv_begin[b], gkv[b] = 0, 0
 
     # ---- query ----
@@ -203,9 +210,9 @@ def build_inputs(case):
             args["key_rope"] = cache_layout(to_cache(kr, 64), c.p["cache"])
         args["block_table"] = bt
         args["block_size"] = bs
-    elif layout == "TND":
-        args["key"] = store(_tnd(k, akv))
-        args["value"] = store(_tnd(v, akv))
+    elif packed:
+        args["key"] = store(_tnd(k, akv, ntd))
+        args["value"] = store(_tnd(v, akv, ntd))
     elif use_list:
         # One [1, S_b, ...] tensor per batch; S_b = act_kv[b] + (b % 2) (a poisoned tail row),
         # in every layout (BNSD: a different head stride per tensor).
@@ -217,8 +224,8 @@ def build_inputs(case):
         args["value"] = store(bnsd_to_layout(v, layout))
 
     # ---- query tensor ----
-    if layout == "TND":
-        args["query"] = _tnd(q, aq)
+    if packed:
+        args["query"] = _tnd(q, aq, ntd)
         args["actual_seq_lengths"] = list(itertools_accumulate(aq))
         args["actual_seq_lengths_kv"] = akv if page else list(itertools_accumulate(akv))
     else:
@@ -228,7 +235,7 @@ def build_inputs(case):
         if act_kv is not None:
             args["actual_seq_lengths_kv"] = act_kv
     if rope:
-        args["query_rope"] = bnsd_to_layout(qr, layout) if layout != "TND" else _tnd(qr, aq)
+        args["query_rope"] = bnsd_to_layout(qr, layout) if not packed else _tnd(qr, aq, ntd)
     if qpad is not None:
         args["query_padding_size"] = torch.tensor([qpad], dtype=torch.int64)
     if kvpad is not None:
@@ -236,17 +243,22 @@ def build_inputs(case):
 
     # ---- shared prefix ----
     if prefix:
-        kp = _randn(g, (1, KVN, prefix, D), dt)
-        vp = _randn(g, (1, KVN, prefix, DV), dt)
+        if kv_int:  # antiquant: the prefix has the key's integer dtype
+            hi = 8 if kvq == "int4" else 128
+            kp = torch.randint(-hi, hi, (1, KVN, prefix, D), generator=g, dtype=torch.int8)
+            vp = torch.randint(-hi, hi, (1, KVN, prefix, DV), generator=g, dtype=torch.int8)
+        else:
+            kp = _randn(g, (1, KVN, prefix, D), dt)
+            vp = _randn(g, (1, KVN, prefix, DV), dt)
         if c.p["pact"]:
             pact = int(c.p["pact"])
             if poison:
-                kp[:, :, pact:] = float("nan")
-                vp[:, :, pact:] = float("nan")
+                bad = float("nan") if kp.is_floating_point() else (7 if kvq == "int4" else 127)
+                kp[:, :, pact:] = bad
+                vp[:, :, pact:] = bad
             args["actual_shared_prefix_len"] = torch.tensor([pact], dtype=torch.int64)
-        lay = "BNSD" if layout == "BNSD_BSND" else layout
-        args["key_shared_prefix"] = bnsd_to_layout(kp, lay)
-        args["value_shared_prefix"] = bnsd_to_layout(vp, lay)
+        args["key_shared_prefix"] = store(bnsd_to_layout(kp, layout))
+        args["value_shared_prefix"] = store(bnsd_to_layout(vp, layout))
     p_len = int(c.p["pact"]) if c.p["pact"] else prefix
     kv_cols = KVS + prefix  # mask / pse columns
 
@@ -282,7 +294,8 @@ def build_inputs(case):
 
     # ---- antiquant ----
     if kvq:
-        _antiquant_args(c, g, args, B, KVN, KVS, D, DV, dt, layout, page)
+        # Per-token scales cover the shared prefix, then the keys.
+        _antiquant_args(c, g, args, B, KVN, KVS + prefix, D, DV, dt, q_layout, page)
 
     # ---- full quantization: values exactly representable after the kernel's float19 cut ----
     if fullquant:
@@ -295,11 +308,11 @@ def build_inputs(case):
     if outq:
         if outq == "pt":
             shape = (1,)
-        elif layout == "BSH":
+        elif out_layout == "BSH":
             shape = (1, 1, N * DV)
-        elif layout in ("BNSD",):
+        elif out_layout == "BNSD":
             shape = (1, N, 1, DV)
-        else:  # BSND / BNSD_BSND output BSND, TND
+        else:  # any N * DV elements
             shape = (N, DV)
         args["quant_scale2"] = _uniform(g, shape, 20.0, 60.0, torch.float32)
         if c.i("qo2"):
@@ -322,6 +335,9 @@ def build_inputs(case):
         args["inner_precise"] = c.i("ip")
     if c.i("lse"):
         args["softmax_lse_flag"] = True
+    if c.p["sinks"]:
+        # One logit per query head, of the dtype the case names.
+        args["sinks"] = _uniform(g, (N,), -1.0, 3.0, DTYPES[c.p["sinks"]])
     return args
 
 

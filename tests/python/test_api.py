@@ -26,7 +26,9 @@ TORCH_NPU_SIGNATURE = (
     "actual_shared_prefix_len=None, query_rope=None, key_rope=None, key_rope_antiquant_scale=None, "
     "num_heads=1, scale=1.0, pre_tokens=2147483647, next_tokens=2147483647, input_layout='BSH', "
     "num_key_value_heads=0, sparse_mode=0, inner_precise=0, block_size=0, antiquant_mode=0, "
-    "softmax_lse_flag=False, key_antiquant_mode=0, value_antiquant_mode=0)")
+    "softmax_lse_flag=False, key_antiquant_mode=0, value_antiquant_mode=0")
+# openfia's addition at the end: learnable sinks (the current aclnn interface's learnableSink).
+OPENFIA_SIGNATURE = TORCH_NPU_SIGNATURE + ", sinks=None)"
 TORCH_NPU_SCHEMA = (
     "(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift=None, Tensor? atten_mask=None, "
     "SymInt[]? actual_seq_lengths=None, SymInt[]? actual_seq_lengths_kv=None, "
@@ -41,16 +43,17 @@ TORCH_NPU_SCHEMA = (
     "int num_heads=1, float scale=1., int pre_tokens=2147483647, int next_tokens=2147483647, "
     "str input_layout=\"BSH\", int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, "
     "int block_size=0, int antiquant_mode=0, bool softmax_lse_flag=False, "
-    "int key_antiquant_mode=0, int value_antiquant_mode=0) -> (Tensor, Tensor)")
+    "int key_antiquant_mode=0, int value_antiquant_mode=0")
+OPENFIA_SCHEMA = TORCH_NPU_SCHEMA + ", Tensor? sinks=None) -> (Tensor, Tensor)"
 
 
 def test_signature_matches_torch_npu():
-    assert fia.__name__ + str(inspect.signature(fia)) == TORCH_NPU_SIGNATURE
+    assert fia.__name__ + str(inspect.signature(fia)) == OPENFIA_SIGNATURE
 
 
 def test_torch_ops_schema():
     op = torch.ops.openfia.npu_fused_infer_attention_score.default
-    assert str(op._schema) == "openfia::npu_fused_infer_attention_score" + TORCH_NPU_SCHEMA
+    assert str(op._schema) == "openfia::npu_fused_infer_attention_score" + OPENFIA_SCHEMA
     tl = torch.ops.openfia.npu_fused_infer_attention_score.tensorlist
     assert "Tensor[] key, Tensor[] value" in str(tl._schema)
 

@@ -2,11 +2,14 @@
 
 It reads the same arguments the operator receives (not the case description), rebuilds per batch
 the BNSD float64 query/key/value (gathering paged KV through block_table, concatenating the
-shared prefix, dequantizing antiquant KV as (x + offset) * scale and rounding to the query dtype,
-unpacking int4 low nibble first), builds an explicit boolean visibility mask (band rules of
-SEMANTICS.md 1.3 per batch, the user mask, padding windows), and calls
-torch.nn.functional.scaled_dot_product_attention in float64. Rows with no visible key are 0 and
-have lse +inf; lse is logsumexp of the float64 scores. It shares no code with openfia.
+shared prefix, dequantizing antiquant KV as (x + offset) * scale with per-token scales over
+prefix-then-key positions, rounding to the query dtype unless inner_precise asks float16 for
+high precision, unpacking int4 low nibble first), builds an explicit boolean visibility mask
+(band rules per batch, the user mask, padding windows), and calls
+torch.nn.functional.scaled_dot_product_attention in float64 (learnable sinks as one more key of
+score sinks[h] and value 0). Rows with no visible key are 0 and have lse +inf; lse is logsumexp
+of the float64 scores (and the sink). The output follows input_layout's part after "_". It
+shares no code with openfia.
 
 Alongside the output it returns a per-element error bound (see `tolerance` below), because the
 bound depends on per-row quantities (|scores|, |V|, number of keys) the oracle has at hand.
@@ -34,9 +37,11 @@ def unpack_int4(w):
 
 
 def to_bnsd(x, layout, n):
-    """Query/KV tensor in `layout` -> [B, N, S, D] (no copy semantics needed)."""
-    if layout in ("BNSD", "BNSD_BSND"):
+    """Query/KV tensor in the query layout `layout` -> [B, N, S, D] (NTD: [1, N, T, D])."""
+    if layout == "BNSD":
         return x
+    if layout == "NTD":
+        return x[None]
     if layout == "BSND":
         return x.permute(0, 2, 1, 3)
     if layout == "BSH":
@@ -92,8 +97,8 @@ class _Kv:
                     nb, n_, dc, bs, c = x.shape
                     x = x.permute(0, 1, 3, 2, 4).reshape(nb, n_, bs, dc * c)
                 self.cache = x  # [nb, KVN, bs, D]
-            elif layout == "TND":
-                self.tnd = x  # [T, KVN, D]
+            elif layout in ("TND", "NTD"):
+                self.tnd = x.permute(1, 0, 2) if layout == "NTD" else x  # [T, KVN, D]
             else:
                 self.bnsd = to_bnsd(x, layout, kvn)
 
@@ -116,7 +121,7 @@ class _Kv:
             return x, tok, blk, row
         if self.list is not None:
             x = self.list[b][0, :, begin:begin + length]
-        elif self.layout == "TND":
+        elif self.layout in ("TND", "NTD"):
             x = self.tnd[tnd_start + begin:tnd_start + begin + length].permute(1, 0, 2)
         else:
             x = self.bnsd[b, :, begin:begin + length]
@@ -124,7 +129,8 @@ class _Kv:
 
 
 def _dequant(raw, dt, scale, offset, mode, b, tok, blk, row, kvn, which, legacy):
-    """(x + offset) * scale in float64, rounded to the query dtype. `which` 0 = K, 1 = V."""
+    """(x + offset) * scale in float64, rounded to `dt` (None: not rounded). `which` 0 = K,
+    1 = V. `tok` are the rows' positions in the batch's key sequence, the shared prefix first."""
     x = raw.to(F64)  # [KVN, L, D]
     if scale is None or x.numel() == 0:
         return x
@@ -154,7 +160,7 @@ def _dequant(raw, dt, scale, offset, mode, b, tok, blk, row, kvn, which, legacy)
         return p.reshape(kvn, 1, d)
 
     deq = (x + pick(o)) * pick(s)
-    return deq.to(dt).to(F64)
+    return deq if dt is None else deq.to(dt).to(F64)
 
 
 def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_lengths=None,
@@ -168,25 +174,34 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
               pre_tokens=2147483647, next_tokens=2147483647, input_layout="BSH",
               num_key_value_heads=0, sparse_mode=0, inner_precise=0, block_size=0,
               antiquant_mode=0, softmax_lse_flag=False, key_antiquant_mode=0,
-              value_antiquant_mode=0):
+              value_antiquant_mode=0, sinks=None):
     """Returns (out, lse, out_bound, lse_bound): out in the output layout as float64 (int8
     outputs as their float64 integers), lse (B, N, Q_S, 1) / (T, N, 1) or None, and per-element
     absolute error bounds an implementation must meet (see tolerance notes below)."""
-    layout = input_layout
+    # "<query layout>_<output layout>"; key and value follow the query layout.
+    layout, _, out_layout = input_layout.partition("_")
+    out_layout = out_layout or layout
+    packed = layout in ("TND", "NTD")
     n = num_heads
     kvn = num_key_value_heads or n
     qdt = query.dtype
     full_quant = qdt == torch.int8
     cdt = torch.float16 if full_quant else qdt  # dtype K/V are rounded to after dequant
-    if layout == "TND":
+    # inner_precise bit 0 = 0 (high precision) keeps float16 antiquant K/V unrounded.
+    high_precision = qdt == torch.float16 and (inner_precise & 1) == 0
+    if packed:
         cum_q = [int(x) for x in actual_seq_lengths]
         batch = len(cum_q)
         aq = _diff(cum_q)
         q_start = [cum_q[b] - aq[b] for b in range(batch)]
-        q_s = query.shape[0]
-        qb = [query[q_start[b]:q_start[b] + aq[b]].permute(1, 0, 2) for b in range(batch)]
-        qrb = ([query_rope[q_start[b]:q_start[b] + aq[b]].permute(1, 0, 2) for b in range(batch)]
-               if query_rope is not None else None)
+
+        def rows(t, b):  # [N, aq_b, D] of batch b
+            t = t.permute(1, 0, 2) if layout == "NTD" else t
+            return t[q_start[b]:q_start[b] + aq[b]].permute(1, 0, 2)
+
+        q_s = query.shape[1 if layout == "NTD" else 0]
+        qb = [rows(query, b) for b in range(batch)]
+        qrb = [rows(query_rope, b) for b in range(batch)] if query_rope is not None else None
         q_begin = [0] * batch
         qpad = None
         incremental = False
@@ -204,11 +219,11 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
         qrb = ([qr4[b, :, q_begin[b]:q_begin[b] + aq[b]] for b in range(batch)]
                if qr4 is not None else None)
 
-    kv_layout = "BNSD" if layout == "BNSD_BSND" else layout
+    kv_layout = layout
     K = _Kv(key, kv_layout, kvn, block_table, block_size)
     V = _Kv(value, kv_layout, kvn, block_table, block_size)
     KR = _Kv(key_rope, kv_layout, kvn, block_table, block_size) if key_rope is not None else None
-    if layout == "TND" and block_table is None:
+    if packed and block_table is None:
         cum_kv = [int(x) for x in actual_seq_lengths_kv]
         akv = _diff(cum_kv)
         kv_start = [cum_kv[b] - akv[b] for b in range(batch)]
@@ -236,10 +251,12 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
 
     p_len = 0
     if key_shared_prefix is not None:
+        unpack = unpack_int4 if key_shared_prefix.dtype == torch.int32 else (lambda t: t)
+        kp_all = to_bnsd(unpack(key_shared_prefix), kv_layout, kvn)
         p_len = (int(actual_shared_prefix_len.reshape(-1)[0]) if actual_shared_prefix_len
-                 is not None else to_bnsd(key_shared_prefix, kv_layout, kvn).shape[2])
-        kp = to_bnsd(key_shared_prefix, kv_layout, kvn)[0, :, :p_len].to(F64)
-        vp = to_bnsd(value_shared_prefix, kv_layout, kvn)[0, :, :p_len].to(F64)
+                 is not None else kp_all.shape[2])
+        kp = kp_all[0, :, :p_len]
+        vp = to_bnsd(unpack(value_shared_prefix), kv_layout, kvn)[0, :, :p_len]
 
     mask3 = _mask3(atten_mask, batch, q_s) if atten_mask is not None else None
     dv = None
@@ -248,16 +265,17 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
         s1 = aq[b]
         kraw, tok, blk, row = K.gather(b, kv_begin[b], akv[b], kv_start[b])
         vraw, _, _, _ = V.gather(b, kv_begin[b], akv[b], kv_start[b])
+        if p_len:  # the prefix precedes the batch's keys, also for per-token scales
+            kraw, vraw = torch.cat([kp, kraw], 1), torch.cat([vp, vraw], 1)
+            tok = torch.cat([torch.arange(p_len), p_len + tok])
         if full_quant:
             kb, vb = kraw.to(F64), vraw.to(F64)
         else:
-            kb = _dequant(kraw, cdt, aq_k[0], aq_k[1], aq_k[2], b, tok, blk, row, kvn, 0, aq_k[3])
-            vb = _dequant(vraw, cdt, aq_v[0], aq_v[1], aq_v[2], b, tok, blk, row, kvn, 1, aq_v[3])
+            rdt = None if high_precision and aq_k[0] is not None else cdt
+            kb = _dequant(kraw, rdt, aq_k[0], aq_k[1], aq_k[2], b, tok, blk, row, kvn, 0, aq_k[3])
+            vb = _dequant(vraw, rdt, aq_v[0], aq_v[1], aq_v[2], b, tok, blk, row, kvn, 1, aq_v[3])
         if KR is not None:
             kb = torch.cat([kb, KR.gather(b, kv_begin[b], akv[b], kv_start[b])[0].to(F64)], -1)
-        if p_len:
-            kb = torch.cat([kp, kb], 1)
-            vb = torch.cat([vp, vb], 1)
         s2 = kb.shape[1]
         dv = vb.shape[-1]
         qq = qb[b].to(F64)
@@ -302,14 +320,22 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
         elif full_quant:
             o, bound_fq = _full_quant_attention(scores + addmask, vb, n // kvn, quant_scale1,
                                                 dequant_scale2)
+        elif s1 == 0 or s2 == 0:
+            o = torch.zeros(n, s1, dv, dtype=F64)
+        elif sinks is not None:
+            # A sink is one more key per head: score sinks[h], a zero value row.
+            sk = sinks.to(F64)[:, None, None].expand(n, s1, 1)
+            o = F.scaled_dot_product_attention(
+                qq[None], torch.cat([kb, kb.new_zeros(kvn, 1, kb.shape[-1])], 1)[None],
+                torch.cat([vb, vb.new_zeros(kvn, 1, dv)], 1)[None],
+                attn_mask=torch.cat([addmask, sk], -1)[None], scale=scale, enable_gqa=True)[0]
         else:
-            if s1 == 0 or s2 == 0:
-                o = torch.zeros(n, s1, dv, dtype=F64)
-            else:
-                o = F.scaled_dot_product_attention(qq[None], kb[None], vb[None],
-                                                   attn_mask=addmask[None], scale=scale,
-                                                   enable_gqa=True)[0]
+            o = F.scaled_dot_product_attention(qq[None], kb[None], vb[None],
+                                               attn_mask=addmask[None], scale=scale,
+                                               enable_gqa=True)[0]
         z = scores + addmask
+        if sinks is not None and s2 > 0:
+            z = torch.cat([z, sinks.to(F64)[:, None, None].expand(n, s1, 1)], -1)
         lse = (torch.logsumexp(z, -1) if s2 > 0
                else torch.full((n, s1), -INF, dtype=F64))  # [n, s1]
         o = torch.where(any_visible[None, :, None], o, torch.zeros((), dtype=F64))
@@ -328,11 +354,12 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
             sabs = sabs * float(dequant_scale1.to(torch.float32).reshape(-1)[0])
         sabs = (torch.where(visible[None], sabs, torch.zeros((), dtype=F64)).amax(-1) if s2 > 0
                 else torch.zeros(n, s1, dtype=F64))  # [n, s1]
-        ob = tolerance(o, vmax, sabs, s2, qq.shape[-1], cdt, full_quant, aq_k[0] is not None)
+        rounded_kv = aq_k[0] is not None and not high_precision
+        ob = tolerance(o, vmax, sabs, s2, qq.shape[-1], cdt, full_quant, rounded_kv)
         if full_quant:
             ob = ob + bound_fq
         lb = (qq.shape[-1] * EPS32 * sabs + 8 * EPS32 * lse.abs().nan_to_num(0, 0, 0) + 1e-6)
-        if aq_k[0] is not None:  # K elements may round to the neighbouring query-dtype value
+        if rounded_kv:  # K elements may round to the neighbouring query-dtype value
             lb = lb + UNIT_ROUNDOFF[cdt] * 2 * sabs
         if full_quant:  # SEMANTICS 1.8: S = fp16(fp16(S_int * float19(ds1)) * fp16(scale)), so
             # m and every E see the float19 truncation (2^-10) and two fp16 roundings (2^-11 each)
@@ -347,8 +374,8 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
 
     # ---- assemble outputs in the output layout ----
     out_dtype = torch.int8 if quant_scale2 is not None else (torch.float16 if full_quant else qdt)
-    if layout == "TND":
-        t_total = query.shape[0]
+    if packed:
+        t_total = q_s
         out = torch.zeros(t_total, n, dv, dtype=F64)
         bound = torch.zeros_like(out)
         written = torch.zeros(t_total, n, dv, dtype=torch.bool)  # rows the operator computes
@@ -361,6 +388,8 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
             bound[sl] = obounds[b].permute(1, 0, 2)
             lse_t[sl, :, 0] = lses[b].permute(1, 0)
             lbound[sl, :, 0] = lbounds[b].permute(1, 0)
+        if out_layout == "NTD":
+            out, bound, written = (x.permute(1, 0, 2).contiguous() for x in (out, bound, written))
     else:
         o4 = torch.zeros(batch, n, q_s, dv, dtype=F64)
         b4 = torch.zeros_like(o4)
@@ -374,11 +403,11 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
             b4[b, :, sl] = obounds[b]
             lse_t[b, :, sl, 0] = lses[b]
             lbound[b, :, sl, 0] = lbounds[b]
-        out = _from_bnsd(o4, layout)
-        bound = _from_bnsd(b4, layout)
-        written = _from_bnsd(w4, layout)
+        out = _from_bnsd(o4, out_layout)
+        bound = _from_bnsd(b4, out_layout)
+        written = _from_bnsd(w4, out_layout)
     if quant_scale2 is not None:
-        out, bound = _post_quant(out, bound, quant_scale2, quant_offset2, layout, n, dv)
+        out, bound = _post_quant(out, bound, quant_scale2, quant_offset2, out_layout, n, dv)
         # Rows outside the valid query windows and prompt batches without keys stay int8 0.
         out = torch.where(written, out, torch.zeros((), dtype=F64))
         bound = torch.where(written, bound, torch.zeros((), dtype=F64))
@@ -392,10 +421,13 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
 
 
 def _from_bnsd(x, layout):
+    """[B, N, S, D] -> the output layout (BSH, BSND, BNSD, NBSD)."""
     b, n, s, d = x.shape
     if layout == "BNSD":
         return x
-    if layout in ("BSND", "BNSD_BSND"):
+    if layout == "NBSD":
+        return x.permute(1, 0, 2, 3).contiguous()
+    if layout == "BSND":
         return x.permute(0, 2, 1, 3).contiguous()
     if layout == "BSH":
         return x.permute(0, 2, 1, 3).reshape(b, s, n * d)
@@ -457,9 +489,11 @@ def _post_quant(out, bound, qs2, qo2, layout, n, dv):
     if s.numel() > 1:
         if layout == "BSH":
             s, o = s.reshape(-1), o.reshape(-1)
-        elif layout == "BNSD":
+        elif layout in ("BNSD", "NTD"):  # (.., N, S | T, D)
             s, o = s.reshape(n, 1, dv), o.reshape(n, 1, dv)
-        else:  # BSND / BNSD_BSND output, TND: (.., N, D)
+        elif layout == "NBSD":
+            s, o = s.reshape(n, 1, 1, dv), o.reshape(n, 1, 1, dv)
+        else:  # BSND, TND: (.., N, D)
             s, o = s.reshape(n, dv), o.reshape(n, dv)
     else:
         s, o = s.reshape(()), o.reshape(())

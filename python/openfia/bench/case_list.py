@@ -20,7 +20,7 @@ DEFAULTS = {
     "mask": "none", "mdtype": "bool", "act_q": "", "act_kv": "", "qpad": "", "kvpad": "",
     "pse": "0", "page": "0", "cache": "3d", "prefix": "0", "pact": "", "kmode": "", "vmode": "",
     "legacy": "", "aoff": "1", "lse": "0", "outq": "", "qo2": "1", "fullquant": "0", "rope": "0",
-    "ip": "0", "list": "0", "scale": "", "poison": "1", "seed": "0",
+    "ip": "0", "list": "0", "scale": "", "poison": "1", "seed": "0", "sinks": "",
 }
 
 MODEL_CASES_PATH = Path(__file__).with_name("model_cases.txt")

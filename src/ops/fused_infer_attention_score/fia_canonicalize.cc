@@ -6,7 +6,6 @@
 
 #include "common/check.h"
 #include "common/numeric.h"
-#include "ops/fused_infer_attention_score/fia_geometry.h"
 #include "ops/fused_infer_attention_score/fia_internal.h"
 
 namespace openfia::internal {
@@ -31,12 +30,14 @@ Operand DenseOperand(const TensorView& t, FiaLayout layout, int64_t heads, int64
       o.sb = st[0], o.ss = st[1], o.sh = st[2], o.sd = st[3];
       break;
     case FiaLayout::kBNSD:
-    case FiaLayout::kBNSD_BSND:
       o.sb = st[0], o.sh = st[1], o.ss = st[2], o.sd = st[3];
       break;
     case FiaLayout::kTND:
       // Rows of every batch live in one [T, N, D] tensor: the batch offset is q_begin/kv_begin.
       o.sb = 0, o.ss = st[0], o.sh = st[1], o.sd = st[2];
+      break;
+    case FiaLayout::kNTD:  // [N, T, D]
+      o.sb = 0, o.sh = st[0], o.ss = st[1], o.sd = st[2];
       break;
   }
   (void)heads;
@@ -73,15 +74,20 @@ const void* ElemPtr(const TensorView& t, int64_t index) {
   return static_cast<const char*>(t.data) + index * ElementSize(t.dtype);
 }
 
+bool IsPerToken(const FiaAntiquant& aq) {
+  return aq.form == FiaAntiquant::Form::kPerToken || aq.form == FiaAntiquant::Form::kPerTokenHead;
+}
+
 // Antiquant strides in storage-row coordinates (b, h, s, d): for a paged cache b is the
-// physical block and s the row in it.
-Dequant MakeDequant(const FiaAntiquant& aq, const FiaGeometry& g, int64_t d) {
+// physical block and s the row in it. Per-token scales cover the shared prefix first: the cache's
+// token t reads position prefix_len + t (`skip` elements further along S).
+Dequant MakeDequant(const FiaAntiquant& aq, const FiaGeometry& g, int64_t d, int64_t skip = 0) {
   using F = FiaAntiquant::Form;
   Dequant q;
   if (aq.form == F::kNone) return q;
   const bool paged = g.kv_form != FiaKvForm::kDense && g.kv_form != FiaKvForm::kList;
   // Legacy joint tensors hold K at index 0 and V at index 1 of their leading axis.
-  const int64_t part = aq.index < 0 ? 0 : aq.index * (aq.scale->numel() / 2);
+  const int64_t part = (aq.index < 0 ? 0 : aq.index * (aq.scale->numel() / 2)) + skip;
   q.scale = ElemPtr(*aq.scale, part);
   q.scale_elem = ElemOf(aq.scale->dtype);
   if (aq.offset) {
@@ -136,7 +142,7 @@ Operand KvCacheOperand(const FiaArgs& a, const FiaGeometry& g, const TensorView&
       o.data = nullptr;
       o.batch_data.reserve(list.size());
       for (const TensorView& t : list) o.batch_data.push_back(t.data);
-      if (g.layout == FiaLayout::kBNSD || g.layout == FiaLayout::kBNSD_BSND)
+      if (g.layout == FiaLayout::kBNSD)
         for (const TensorView& t : list)
           o.batch_sh.push_back(DenseOperand(t, g.layout, g.h_kv, d).sh);
       return o;
@@ -152,10 +158,8 @@ int64_t ClipBand(int64_t v) {
 
 }  // namespace
 
-Problem CanonicalizeFia(const FiaArgs& a, const FiaOutputSpec& spec, const TensorView& out,
+Problem CanonicalizeFia(const FiaArgs& a, const FiaGeometry& g, const TensorView& out,
                         const TensorView& lse) {
-  const FiaGeometry g = AnalyzeFia(a);
-  (void)spec;
   Problem p;
   p.batch = g.batch;
   p.h_q = g.h_q;
@@ -175,15 +179,20 @@ Problem CanonicalizeFia(const FiaArgs& a, const FiaOutputSpec& spec, const Tenso
   p.q = DenseOperand(a.query, g.layout, g.h_q, g.d_qk);
   p.k.cache = KvCacheOperand(a, g, a.key, a.key_list, g.d_qk);
   p.v.cache = KvCacheOperand(a, g, a.value, a.value_list, g.d_v);
-  p.k.dequant = MakeDequant(g.k_aq, g, g.d_qk);
-  p.v.dequant = MakeDequant(g.v_aq, g, g.d_v);
+  const int64_t k_skip = IsPerToken(g.k_aq) ? g.prefix_len : 0;
+  const int64_t v_skip = IsPerToken(g.v_aq) ? g.prefix_len : 0;
+  p.k.dequant = MakeDequant(g.k_aq, g, g.d_qk, k_skip);
+  p.v.dequant = MakeDequant(g.v_aq, g, g.d_v, v_skip);
+  p.kv_dequant_f32 = g.antiquant_f32;
   if (a.key_shared_prefix.defined()) {
     p.k.prefix = DenseOperand(a.key_shared_prefix, g.layout, g.h_kv, g.d_qk);
     p.v.prefix = DenseOperand(a.value_shared_prefix, g.layout, g.h_kv, g.d_v);
-    // Only token-independent antiquant forms are accepted with a prefix (validated), so the
-    // cache's parameters apply to the prefix rows as they are.
-    p.k.prefix_dequant = p.k.dequant;
-    p.v.prefix_dequant = p.v.dequant;
+    // Token-independent parameters apply to the prefix rows as they are; per-token ones are
+    // read at (batch, prefix row): positions [0, prefix_len) of the batch's scales.
+    p.k.prefix_dequant = MakeDequant(g.k_aq, g, g.d_qk);
+    p.v.prefix_dequant = MakeDequant(g.v_aq, g, g.d_v);
+    p.k.prefix_dequant.logical = IsPerToken(g.k_aq);
+    p.v.prefix_dequant.logical = IsPerToken(g.v_aq);
   }
   if (g.mla) {
     p.q_rope = DenseOperand(a.query_rope, g.layout, g.h_q, g.d_rope);
@@ -199,6 +208,7 @@ Problem CanonicalizeFia(const FiaArgs& a, const FiaOutputSpec& spec, const Tenso
 
   // ---- scores ----
   p.scale = a.scale;
+  p.sinks = g.sinks.empty() ? nullptr : g.sinks.data();
   if (a.pse_shift.defined()) {
     const TensorView& t = a.pse_shift;  // (B|1, N, Q_S', KV_S'), contiguous
     p.pse = t.data;
@@ -272,24 +282,30 @@ Problem CanonicalizeFia(const FiaArgs& a, const FiaOutputSpec& spec, const Tenso
   p.out = out.data;
   p.out_elem = ElemOf(g.spec.attention_out_dtype);
   const int64_t n = g.h_q, dv = g.d_v, s = g.q_s;
-  switch (g.layout) {
-    case FiaLayout::kBSH:
-    case FiaLayout::kBSND:
-    case FiaLayout::kBNSD_BSND:  // input BNSD, output BSND
+  const int64_t B = g.batch;
+  switch (g.out_layout) {
+    case FiaOutLayout::kBSH:
+    case FiaOutLayout::kBSND:
       p.out_sb = s * n * dv, p.out_ss = n * dv, p.out_sh = dv, p.out_sd = 1;
       break;
-    case FiaLayout::kBNSD:
+    case FiaOutLayout::kBNSD:
       p.out_sb = n * s * dv, p.out_sh = s * dv, p.out_ss = dv, p.out_sd = 1;
       break;
-    case FiaLayout::kTND:
+    case FiaOutLayout::kNBSD:
+      p.out_sh = B * s * dv, p.out_sb = s * dv, p.out_ss = dv, p.out_sd = 1;
+      break;
+    case FiaOutLayout::kTND:  // s is T: rows of every batch, at q_begin
       p.out_sb = 0, p.out_ss = n * dv, p.out_sh = dv, p.out_sd = 1;
+      break;
+    case FiaOutLayout::kNTD:
+      p.out_sb = 0, p.out_sh = s * dv, p.out_ss = dv, p.out_sd = 1;
       break;
   }
   p.quant_scale2 = g.quant_scale2;
   p.quant_offset2 = g.quant_offset2;
   if (a.softmax_lse_flag && lse.defined()) {
     p.lse = static_cast<float*>(lse.data);
-    if (g.layout == FiaLayout::kTND) {  // (T, N, 1)
+    if (g.packed) {  // (T, N, 1)
       p.lse_sb = 0, p.lse_sh = 1, p.lse_ss = n;
     } else {  // (B, N, Q_S, 1)
       p.lse_sb = n * s, p.lse_sh = s, p.lse_ss = 1;

@@ -2,8 +2,8 @@
 //
 // AnalyzeFia (fia_validate.cc) checks every documented constraint and returns the resolved
 // geometry: sizes, per-batch ranges, KV storage form, which antiquant/quant features apply and
-// the output spec. ValidateFia returns its `spec`; CanonicalizeFia re-runs it, so canonicalization
-// never sees an unvalidated argument, and then only turns this description into strides.
+// the output spec. It runs once per call; CanonicalizeFia takes its result, so canonicalization
+// never sees an unvalidated argument and only turns this description into strides.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,10 @@
 
 namespace openfia::internal {
 
-enum class FiaLayout : uint8_t { kBSH, kBSND, kBNSD, kBNSD_BSND, kTND };
+// input_layout is "<query layout>" or "<query layout>_<output layout>". Key and value follow the
+// query layout; TND and NTD pack the batches' rows into one T axis.
+enum class FiaLayout : uint8_t { kBSH, kBSND, kBNSD, kTND, kNTD };
+enum class FiaOutLayout : uint8_t { kBSH, kBSND, kBNSD, kNBSD, kTND, kNTD };
 
 // How key/value are stored.
 enum class FiaKvForm : uint8_t {
@@ -44,7 +47,9 @@ struct FiaAntiquant {
 };
 
 struct FiaGeometry {
-  FiaLayout layout = FiaLayout::kBSH;
+  FiaLayout layout = FiaLayout::kBSH;           // of query, key and value
+  FiaOutLayout out_layout = FiaOutLayout::kBSH;  // of attention_out
+  bool packed = false;                           // TND or NTD: batches share one T axis
   FiaKvForm kv_form = FiaKvForm::kDense;
   bool incremental = false;  // Q_S == 1: the IncreFlashAttention branch
 
@@ -82,6 +87,11 @@ struct FiaGeometry {
   bool causal_mask = false;    // atten_mask is the 2048x2048 constant (modes 2/3/4)
 
   FiaAntiquant k_aq, v_aq;
+  // Dequantized K/V stay fp32 (inner_precise high precision with a float16 query); otherwise they
+  // are rounded to the query dtype.
+  bool antiquant_f32 = false;
+  // Learnable sinks, one per query head (empty when not given).
+  std::vector<float> sinks;
 
   // Full quantization scalars (already decoded, dequant_scale1 truncated as the golden does).
   float dequant_scale1 = 1.f, quant_scale1 = 1.f, dequant_scale2 = 1.f;
@@ -91,7 +101,9 @@ struct FiaGeometry {
   FiaOutputSpec spec;
 };
 
-// Checks every constraint (throws openfia::Error) and returns the resolved description.
+// Checks every constraint (throws openfia::Error) and returns the resolved description. Reads
+// small host-side tensors (padding sizes, prefix length, block_table ids, scalar scales) to prove
+// every memory index in range; the result points into `args`, which must outlive it.
 FiaGeometry AnalyzeFia(const FiaArgs& args);
 
 }  // namespace openfia::internal

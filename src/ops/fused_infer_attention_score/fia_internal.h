@@ -1,21 +1,18 @@
-// openfia internal: the stages of one FusedInferAttentionScore call (see ARCHITECTURE.md).
+// openfia internal: the stages of one FusedInferAttentionScore call: AnalyzeFia (fia_validate.cc,
+// declared in fia_geometry.h) once, then CanonicalizeFia, then the engine or the reference.
 #pragma once
 
 #include "common/problem.h"
 #include "openfia/fused_infer_attention_score.h"
+#include "ops/fused_infer_attention_score/fia_geometry.h"
 
 namespace openfia::internal {
 
-// fia_validate.cc: every documented constraint, in a fixed order; throws openfia::Error naming the
-// argument, the rule and the value. Reads small host-side tensors (padding sizes, prefix length,
-// block_table ids) to prove every memory index in range. Returns the output shapes/dtypes.
-FiaOutputSpec ValidateFia(const FiaArgs& args);
-
-// fia_canonicalize.cc: lowers validated arguments into the canonical Problem (layouts as strides,
+// fia_canonicalize.cc: lowers an analysed call into the canonical Problem (layouts as strides,
 // sparse_mode/pre/next as per-batch bands, antiquant modes as Dequant strides, paging, prefix,
 // padding and tensor lists as KvOperand + per-batch ranges). `out`/`lse` are the caller's
-// contiguous outputs (lse absent unless softmax_lse_flag).
-Problem CanonicalizeFia(const FiaArgs& args, const FiaOutputSpec& spec, const TensorView& out,
+// contiguous outputs (lse absent unless softmax_lse_flag). The Problem points into `args` and `g`.
+Problem CanonicalizeFia(const FiaArgs& args, const FiaGeometry& g, const TensorView& out,
                         const TensorView& lse);
 
 }  // namespace openfia::internal

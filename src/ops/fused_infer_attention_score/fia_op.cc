@@ -1,4 +1,4 @@
-// openfia: FusedInferAttentionScore entry points: snapshot the index tensors -> validate ->
+// openfia: FusedInferAttentionScore entry points: snapshot the index tensors -> analyse once ->
 // canonicalize -> dispatch.
 #include <new>
 #include <vector>
@@ -8,23 +8,35 @@
 #include "common/views.h"
 #include "engine/engine.h"
 #include "openfia/fused_infer_attention_score.h"
+#include "ops/fused_infer_attention_score/fia_geometry.h"
 #include "ops/fused_infer_attention_score/fia_internal.h"
 
 namespace openfia {
+namespace internal {
+
+// What one call owns: copies of the tensors whose values address memory (block_table, the
+// padding sizes, the prefix length), the arguments with those copies in their place, and the
+// analysis of those arguments. Validation and compute read one set of values, whatever the
+// caller does to its tensors meanwhile.
+struct FiaCallState {
+  Snapshot snap;
+  FiaArgs args;
+  FiaGeometry g;
+
+  explicit FiaCallState(const FiaArgs& a) : args(a) {
+    args.block_table = snap.Take(a.block_table, "block_table");
+    args.query_padding_size = snap.Take(a.query_padding_size, "query_padding_size");
+    args.kv_padding_size = snap.Take(a.kv_padding_size, "kv_padding_size");
+    args.actual_shared_prefix_len = snap.Take(a.actual_shared_prefix_len, "actual_shared_prefix_len");
+    g = AnalyzeFia(args);
+  }
+};
+
+}  // namespace internal
+
 namespace {
 
 constexpr const char* kOp = "npu_fused_infer_attention_score";
-
-// `a` with the tensors whose values address memory (block_table, the padding sizes, the prefix
-// length) replaced by copies `snap` owns: validation and compute read one set of values.
-FiaArgs WithSnapshot(const FiaArgs& a, internal::Snapshot* snap) {
-  FiaArgs c = a;
-  c.block_table = snap->Take(a.block_table, "block_table");
-  c.query_padding_size = snap->Take(a.query_padding_size, "query_padding_size");
-  c.kv_padding_size = snap->Take(a.kv_padding_size, "kv_padding_size");
-  c.actual_shared_prefix_len = snap->Take(a.actual_shared_prefix_len, "actual_shared_prefix_len");
-  return c;
-}
 
 // Every tensor argument of a call, named.
 std::vector<internal::NamedView> Inputs(const FiaArgs& a) {
@@ -50,46 +62,58 @@ std::vector<internal::NamedView> Inputs(const FiaArgs& a) {
 
 }  // namespace
 
-FiaOutputSpec FusedInferAttentionScoreOutputSpec(const FiaArgs& args) {
+FiaCall::FiaCall(const FiaArgs& args) : args_(&args) {
   internal::OpScope scope(kOp);
   try {
-    internal::Snapshot snap;
-    return internal::ValidateFia(WithSnapshot(args, &snap));
+    s_ = std::make_unique<internal::FiaCallState>(args);
   } catch (const std::bad_alloc&) {
     internal::FailAlloc("the call's bookkeeping", -1);
   }
 }
 
-void FusedInferAttentionScore(const FiaArgs& caller_args, const TensorView& attention_out,
-                              const TensorView& softmax_lse) {
+FiaCall::~FiaCall() = default;
+FiaCall::FiaCall(FiaCall&&) noexcept = default;
+FiaCall& FiaCall::operator=(FiaCall&&) noexcept = default;
+
+const FiaOutputSpec& FiaCall::output_spec() const { return s_->g.spec; }
+
+void FiaCall::Run(const TensorView& attention_out, const TensorView& softmax_lse) const {
   internal::OpScope scope(kOp);
+  const FiaArgs& args = s_->args;
+  const FiaOutputSpec& spec = s_->g.spec;
+  const bool lse_flag = args.softmax_lse_flag;
   try {
-    internal::Snapshot snap;
-    const FiaArgs args = WithSnapshot(caller_args, &snap);
-    const FiaOutputSpec spec = internal::ValidateFia(args);
     internal::CheckOutput(attention_out, "attention_out", spec.attention_out_sizes,
                           spec.attention_out_dtype);
-    if (args.softmax_lse_flag || softmax_lse.defined())
+    if (lse_flag || softmax_lse.defined())
       internal::CheckOutput(softmax_lse, "softmax_lse", spec.softmax_lse_sizes, DType::kFloat32);
     internal::CheckOutputsDisjoint(
-        {{"attention_out", &attention_out}, {"softmax_lse", &softmax_lse}}, Inputs(caller_args));
+        {{"attention_out", &attention_out}, {"softmax_lse", &softmax_lse}}, Inputs(*args_));
 
     // Pre-fill: every output element not written by a valid row is 0, every lse entry +inf
     // (softmax_lse_flag=False: a one-element 0).
-    internal::PrefillOutputs(attention_out, softmax_lse, args.softmax_lse_flag);
+    internal::PrefillOutputs(attention_out, softmax_lse, lse_flag);
     // An empty output still has its lse rows when they were asked for (a value head size of 0:
     // the lse does not depend on V).
-    if (attention_out.numel() == 0 && (!args.softmax_lse_flag || softmax_lse.numel() == 0))
-      return;
+    if (attention_out.numel() == 0 && (!lse_flag || softmax_lse.numel() == 0)) return;
 
-    const internal::Problem p = internal::CanonicalizeFia(
-        args, spec, attention_out, args.softmax_lse_flag ? softmax_lse : TensorView());
+    const internal::Problem p =
+        internal::CanonicalizeFia(args, s_->g, attention_out, lse_flag ? softmax_lse : TensorView());
     if (p.batch == 0) return;
 
     internal::RunSelectedImpl(p);
   } catch (const std::bad_alloc&) {
     internal::FailAlloc("the call's working buffers", -1);
   }
+}
+
+FiaOutputSpec FusedInferAttentionScoreOutputSpec(const FiaArgs& args) {
+  return FiaCall(args).output_spec();
+}
+
+void FusedInferAttentionScore(const FiaArgs& args, const TensorView& attention_out,
+                              const TensorView& softmax_lse) {
+  FiaCall(args).Run(attention_out, softmax_lse);
 }
 
 }  // namespace openfia

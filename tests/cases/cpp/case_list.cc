@@ -25,7 +25,7 @@ const std::set<std::string>& KnownKeys() {
       "kv",     "sparse", "pre",   "next",  "mask",   "mdtype", "act_q", "act_kv", "qpad",
       "kvpad",  "pse",   "page",   "cache", "prefix", "pact", "kmode", "vmode", "legacy",
       "aoff",   "lse",   "outq",   "qo2",   "fullquant", "rope", "ip",  "list",  "scale",
-      "poison", "seed"};
+      "poison", "seed",  "sinks"};
   return keys;
 }
 
@@ -251,10 +251,11 @@ FiaCase::~FiaCase() = default;
 
 namespace {
 
-// Sizes of a [B, H, S, D] tensor in `layout` (BSH merges H and D; TND is handled by the caller).
+// Sizes of a [B, H, S, D] tensor in the query layout `layout` (BSH merges H and D; TND and NTD
+// are handled by the caller).
 std::vector<int64_t> LayoutSizes(const std::string& layout, int64_t B, int64_t H, int64_t S,
                                  int64_t D) {
-  if (layout == "BNSD" || layout == "BNSD_BSND") return {B, H, S, D};
+  if (layout == "BNSD") return {B, H, S, D};
   if (layout == "BSND") return {B, S, H, D};
   if (layout == "BSH") return {B, S, H * D};
   Fail("layout " + layout + " has no [B,H,S,D] form");
@@ -262,7 +263,7 @@ std::vector<int64_t> LayoutSizes(const std::string& layout, int64_t B, int64_t H
 
 int64_t LayoutIndex(const std::string& layout, int64_t H, int64_t S, int64_t D, int64_t b,
                     int64_t h, int64_t s, int64_t d) {
-  if (layout == "BNSD" || layout == "BNSD_BSND") return ((b * H + h) * S + s) * D + d;
+  if (layout == "BNSD") return ((b * H + h) * S + s) * D + d;
   return ((b * S + s) * H + h) * D + d;  // BSND, BSH
 }
 
@@ -276,11 +277,18 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
               0x2545F4914F6CDD1Dull + 1);
 
   CaseGeometry& g = geo_;
+  // input_layout: the query layout, after "_" the output's.
   const std::string layout = c.Str("layout", "BNSD");
-  if (layout != "BSH" && layout != "BSND" && layout != "BNSD" && layout != "BNSD_BSND" &&
-      layout != "TND")
-    Fail(c.name + ": layout=" + layout + " is unknown");
+  static const std::set<std::string> kLayouts = {
+      "BSH",      "BSND",      "BNSD",      "TND",       "NTD",     "BNSD_BSND", "BSH_BNSD",
+      "BSND_BNSD", "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "TND_NTD", "NTD_TND"};
+  if (!kLayouts.count(layout)) Fail(c.name + ": layout=" + layout + " is unknown");
+  const size_t us = layout.find('_');
+  const std::string in = layout.substr(0, us);
   g.layout = layout;
+  g.out_layout = us == std::string::npos ? layout : layout.substr(us + 1);
+  const bool packed = in == "TND" || in == "NTD";
+  g.packed = packed;
   const int64_t B = c.Int("B", 1), N = c.Int("N", 1), KVN = c.Int("KVN", N);
   const int64_t S = c.Int("S", 1), KVS = c.Int("KVS", 1);
   const int64_t D = c.Int("D", 64), DV = c.Int("DV", D);
@@ -314,7 +322,7 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
   };
   // Q_S == 1 (the incremental branch) ignores actual_seq_lengths (SEMANTICS.md 1.1; TND keeps
   // them: they give T): every query row is valid, whatever the case passes to the operator.
-  const bool q_lengths_apply = has_act_q && (S != 1 || layout == "TND");
+  const bool q_lengths_apply = has_act_q && (S != 1 || packed);
   const std::vector<int64_t> aq = broadcast(act_q, q_lengths_apply, S);
   const std::vector<int64_t> akv = broadcast(act_kv, has_act_kv, KVS);
   const bool has_qpad = c.Has("qpad"), has_kvpad = c.Has("kvpad");
@@ -330,7 +338,7 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
       kv_begin[b] = kv_rows(b) - kvpad - akv[b];
       // Q_S == 1: a window starting before the tensor makes the batch attend nothing (SEMANTICS
       // 1.6, "返回数据结果为全0"); Q_S > 1 rejects it.
-      if (kv_begin[b] < 0 && S == 1 && layout != "TND") kv_begin[b] = 0, gkv[b] = 0;
+      if (kv_begin[b] < 0 && S == 1 && !packed) kv_begin[b] = 0, gkv[b] = 0;
     }
     // A window that starts before the tensor is an error for the operator (Q_S > 1); the
     // builder must not read there either (random cases try such combinations).
@@ -341,7 +349,7 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
   g.q_len = aq;
   g.kv_len = gkv;
   g.q_row0.assign(B, 0);
-  if (layout == "TND")
+  if (packed)
     for (int64_t b = 1; b < B; ++b) g.q_row0[b] = g.q_row0[b - 1] + aq[b - 1];
 
   auto q_valid = [&](int64_t b, int64_t s) { return s >= q_begin[b] && s < q_begin[b] + aq[b]; };
@@ -434,17 +442,21 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
             Put(t.data, sdt, LayoutIndex(lay, x.H, x.S, x.D, b, h, s, d), x.at(b, h, s, d));
     return t;
   };
-  // TND: [sum(lengths), H, D] from rows [0, len_b) of each batch.
+  // TND: [sum(lengths), H, D] from rows [0, len_b) of each batch; NTD: [H, sum(lengths), D].
   auto store_tnd = [&](const Logical& x, const std::vector<int64_t>& len, DType sdt, bool pack4) {
     const int64_t T = std::accumulate(len.begin(), len.end(), int64_t{0});
-    Logical packed(1, T, 1, x.H * x.D);  // rows as [T, H*D]
+    const bool ntd = in == "NTD";
+    Logical rows(1, ntd ? x.H : T, 1, ntd ? T * x.D : x.H * x.D);  // [T, H*D] or [H, T*D]
     int64_t row = 0;
     for (int64_t b = 0; b < x.B; ++b)
       for (int64_t s = 0; s < len[b]; ++s, ++row)
         for (int64_t h = 0; h < x.H; ++h)
-          for (int64_t d = 0; d < x.D; ++d) packed.at(0, row, 0, h * x.D + d) = x.at(b, h, s, d);
-    TensorView t = store(packed, "BNSD", sdt, pack4);
-    t.sizes = {T, x.H, pack4 ? x.D / 8 : x.D};
+          for (int64_t d = 0; d < x.D; ++d)
+            (ntd ? rows.at(0, h, 0, row * x.D + d) : rows.at(0, row, 0, h * x.D + d)) =
+                x.at(b, h, s, d);
+    TensorView t = store(rows, "BNSD", sdt, pack4);
+    const int64_t dd = pack4 ? x.D / 8 : x.D;
+    t.sizes = ntd ? std::vector<int64_t>{x.H, T, dd} : std::vector<int64_t>{T, x.H, dd};
     t.strides = TensorView::ContiguousStrides(t.sizes);
     return t;
   };
@@ -504,7 +516,7 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     if (rope) args_.key_rope = cache_store(to_cache(kr, true), dt, false);
     args_.block_table = bt;
     args_.block_size = bs;
-  } else if (layout == "TND") {
+  } else if (packed) {
     args_.key = store_tnd(k, akv, kv_dt, int4);
     args_.value = store_tnd(v, akv, kv_dt, int4);
     if (rope) args_.key_rope = store_tnd(kr, akv, dt, false);
@@ -520,19 +532,19 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
             for (int64_t d = 0; d < x.D; ++d) y.at(0, h, s, d) = x.at(b, h, s, d);
         return y;
       };
-      args_.key_list.push_back(store(slice(k), layout, kv_dt, int4));
-      args_.value_list.push_back(store(slice(v), layout, kv_dt, int4));
+      args_.key_list.push_back(store(slice(k), in, kv_dt, int4));
+      args_.value_list.push_back(store(slice(v), in, kv_dt, int4));
     }
-    if (rope) args_.key_rope = store(kr, layout, dt, false);
+    if (rope) args_.key_rope = store(kr, in, dt, false);
   } else {
-    args_.key = store(k, layout, kv_dt, int4);
-    args_.value = store(v, layout, kv_dt, int4);
-    if (rope) args_.key_rope = store(kr, layout, dt, false);
+    args_.key = store(k, in, kv_dt, int4);
+    args_.value = store(v, in, kv_dt, int4);
+    if (rope) args_.key_rope = store(kr, in, dt, false);
   }
 
   // ---- query tensor and lengths ----
   const DType q_dt = fullquant ? DType::kInt8 : dt;
-  if (layout == "TND") {
+  if (packed) {
     args_.query = store_tnd(q, aq, q_dt, false);
     std::vector<int64_t> cq(B), ckv(B);
     std::partial_sum(aq.begin(), aq.end(), cq.begin());
@@ -541,10 +553,10 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     args_.actual_seq_lengths_kv = page > 0 ? akv : ckv;
     if (rope) args_.query_rope = store_tnd(qr, aq, dt, false);
   } else {
-    args_.query = store(q, layout, q_dt, false);
+    args_.query = store(q, in, q_dt, false);
     if (has_act_q) args_.actual_seq_lengths = act_q;
     if (has_act_kv) args_.actual_seq_lengths_kv = act_kv;
-    if (rope) args_.query_rope = store(qr, layout, dt, false);
+    if (rope) args_.query_rope = store(qr, in, dt, false);
   }
   auto scalar_i64 = [&](int64_t x) {
     TensorView t = Alloc(DType::kInt64, {1});
@@ -560,8 +572,13 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
   if (prefix > 0) {
     kp = Logical(1, KVN, prefix, D);
     vp = Logical(1, KVN, prefix, DV);
-    for (double& e : kp.v) e = RoundTo(dt, rng.Normal());
-    for (double& e : vp.v) e = RoundTo(dt, rng.Normal());
+    if (kvq.empty()) {
+      for (double& e : kp.v) e = RoundTo(dt, rng.Normal());
+      for (double& e : vp.v) e = RoundTo(dt, rng.Normal());
+    } else {  // antiquant: the prefix has the key's integer dtype
+      fill_kv(kp);
+      fill_kv(vp);
+    }
     if (c.Has("pact")) {
       const int64_t pact = c.Int("pact", 0);
       g.prefix_len = pact;
@@ -569,12 +586,11 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
         for (Logical* t : {&kp, &vp})
           for (int64_t h = 0; h < KVN; ++h)
             for (int64_t s = pact; s < prefix; ++s)
-              for (int64_t d = 0; d < t->D; ++d) t->at(0, h, s, d) = nan;
+              for (int64_t d = 0; d < t->D; ++d) t->at(0, h, s, d) = kv_bad;
       args_.actual_shared_prefix_len = scalar_i64(pact);
     }
-    const std::string lay = layout == "BNSD_BSND" ? "BNSD" : layout;
-    args_.key_shared_prefix = store(kp, lay, dt, false);
-    args_.value_shared_prefix = store(vp, lay, dt, false);
+    args_.key_shared_prefix = store(kp, in, kv_dt, int4);
+    args_.value_shared_prefix = store(vp, in, kv_dt, int4);
     for (int64_t h = 0; h < KVN; ++h)
       for (int64_t s = 0; s < g.prefix_len; ++s) {
         for (int64_t d = 0; d < D; ++d)
@@ -643,6 +659,7 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     const double qmax = int4 ? 8.0 : 128.0;
     const bool aoff = c.Int("aoff", 1) == 1;
     const std::string legacy = c.Str("legacy", "");
+    const int64_t TS = prefix + KVS;  // per-token scales cover the shared prefix, then the keys
     double smax = 0, omax = 0;
     // A scale/offset pair of `sizes`, stored as `sdt`; tracks the largest magnitudes.
     auto params = [&](std::vector<int64_t> sizes, DType sdt, TensorView* s_out, TensorView* o_out) {
@@ -659,15 +676,15 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
       if (aoff) *o_out = o;
     };
     auto perchan = [&](int64_t lead) {  // per-channel shape of the layout, query dtype
-      if (layout == "BSH") return std::vector<int64_t>{lead, KVN * D};
-      if (layout == "BSND") return std::vector<int64_t>{lead, KVN, D};
+      if (in == "BSH") return std::vector<int64_t>{lead, KVN * D};
+      if (in == "BSND") return std::vector<int64_t>{lead, KVN, D};
       return std::vector<int64_t>{lead, KVN, 1, D};
     };
     if (!legacy.empty()) {
       if (legacy == "pc") params(perchan(2), dt, &args_.antiquant_scale, &args_.antiquant_offset);
       else if (legacy == "pt") params({2}, dt, &args_.antiquant_scale, &args_.antiquant_offset);
       else if (legacy == "tok") {
-        params({2, B, KVS}, DType::kFloat32, &args_.antiquant_scale, &args_.antiquant_offset);
+        params({2, B, TS}, DType::kFloat32, &args_.antiquant_scale, &args_.antiquant_offset);
         args_.antiquant_mode = 1;
       } else {
         Fail(c.name + ": legacy=" + legacy + " is unknown");
@@ -680,9 +697,9 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
         smax = omax = 0;
         if (m == "0") params(perchan(1), dt, s, o);
         else if (m == "0t") params({1}, dt, s, o);
-        else if (m == "1") params({1, B, KVS}, DType::kFloat32, s, o);
+        else if (m == "1") params({1, B, TS}, DType::kFloat32, s, o);
         else if (m == "2") params({KVN}, dt, s, o);
-        else if (m == "3") params({B, KVN, KVS}, DType::kFloat32, s, o);
+        else if (m == "3") params({B, KVN, TS}, DType::kFloat32, s, o);
         else if (m == "4") params({total_blocks, page}, DType::kFloat32, s, o);
         else if (m == "5") params({total_blocks, KVN, page}, DType::kFloat32, s, o);
         else Fail(c.name + ": antiquant mode " + m + " is unknown");
@@ -732,9 +749,9 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     std::vector<int64_t> shape;
     if (outq == "pt") shape = {1};
     else if (outq != "pc") Fail(c.name + ": outq=" + outq + " is unknown");
-    else if (layout == "BSH") shape = {1, 1, N * DV};
-    else if (layout == "BNSD") shape = {1, N, 1, DV};
-    else shape = {N, DV};  // BSND, BNSD_BSND (output BSND), TND
+    else if (g.out_layout == "BSH") shape = {1, 1, N * DV};
+    else if (g.out_layout == "BNSD") shape = {1, N, 1, DV};
+    else shape = {N, DV};  // any N * DV elements
     TensorView s = Alloc(DType::kFloat32, shape), o = Alloc(DType::kFloat32, shape);
     for (int64_t i = 0; i < s.numel(); ++i) {
       Put(s.data, DType::kFloat32, i, rng.Uniform(20.0, 60.0));
@@ -743,6 +760,19 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     args_.quant_scale2 = s;
     if (c.Int("qo2", 1) == 1) args_.quant_offset2 = o;
     g.int8_out = true;
+  }
+
+  // ---- learnable sinks ----
+  const std::string sinks = c.Str("sinks", "");
+  if (!sinks.empty()) {
+    const DType sdt = ParseDType(sinks);
+    TensorView t = Alloc(sdt, {N});
+    g.sinks.resize(N);
+    for (int64_t h = 0; h < N; ++h) {
+      g.sinks[h] = RoundTo(sdt, rng.Uniform(-1.0, 3.0));
+      Put(t.data, sdt, h, g.sinks[h]);
+    }
+    args_.sinks = t;
   }
 
   // ---- attributes ----
@@ -818,18 +848,24 @@ std::vector<float> FiaCase::LseValues() const {
   return std::vector<float>(p, p + lse_.numel());
 }
 
-int64_t FiaCase::OutRows(int64_t b) const { return geo_.layout == "TND" ? geo_.q_len[b] : geo_.S; }
+int64_t FiaCase::OutRows(int64_t b) const { return geo_.packed ? geo_.q_len[b] : geo_.S; }
 
 int64_t FiaCase::OutIndex(int64_t b, int64_t h, int64_t row, int64_t d) const {
   const CaseGeometry& g = geo_;
-  if (g.layout == "TND") return ((g.q_row0[b] + row) * g.N + h) * g.DV + d;
-  if (g.layout == "BNSD") return ((b * g.N + h) * g.S + row) * g.DV + d;
-  return ((b * g.S + row) * g.N + h) * g.DV + d;  // BSH, BSND, BNSD_BSND (output BSND)
+  const std::string& o = g.out_layout;
+  if (o == "TND") return ((g.q_row0[b] + row) * g.N + h) * g.DV + d;
+  if (o == "NTD") {
+    const int64_t T = std::accumulate(g.q_len.begin(), g.q_len.end(), int64_t{0});
+    return (h * T + g.q_row0[b] + row) * g.DV + d;
+  }
+  if (o == "BNSD") return ((b * g.N + h) * g.S + row) * g.DV + d;
+  if (o == "NBSD") return ((h * g.B + b) * g.S + row) * g.DV + d;
+  return ((b * g.S + row) * g.N + h) * g.DV + d;  // BSH, BSND
 }
 
 int64_t FiaCase::LseIndex(int64_t b, int64_t h, int64_t row) const {
   const CaseGeometry& g = geo_;
-  if (g.layout == "TND") return (g.q_row0[b] + row) * g.N + h;
+  if (g.packed) return (g.q_row0[b] + row) * g.N + h;
   return (b * g.N + h) * g.S + row;
 }
 

@@ -44,7 +44,9 @@ std::vector<CaseSpec> TierCases(const std::string& path, const std::string& tier
 // The query-row windows and KV lengths of a case, as the case list defines them (independent of
 // openfia's canonicalization): what the invariants of a test are stated in.
 struct CaseGeometry {
-  std::string layout;  // input_layout
+  std::string layout;      // input_layout
+  std::string out_layout;  // the output's layout: after "_" in input_layout, else input_layout
+  bool packed = false;     // TND / NTD query: batches share one T axis
   int64_t B = 1, N = 1, KVN = 1, S = 1, KVS = 1, D = 64, DV = 64, rope_d = 0;
   int64_t prefix_len = 0;                  // attended shared-prefix rows (pact or prefix)
   std::vector<int64_t> q_begin, q_len;     // valid query tensor rows per batch (BNSD row index)
@@ -59,6 +61,7 @@ struct CaseGeometry {
   double q_absmax = 0, k_absmax = 0;  // over the values valid rows read (K: dequantized bound)
   double v_absmax = 0;                // bound on |dequantized V| over readable rows
   double pse_absmax = 0;
+  std::vector<double> sinks;  // per query head (empty: none), as stored
 };
 
 // Owns every input and both outputs of one call.
@@ -72,6 +75,8 @@ class FiaCase {
 
   const CaseSpec& spec() const { return spec_; }
   const FiaArgs& args() const { return args_; }
+  // For tests that add an argument to the call or change one; the output spec must not change.
+  FiaArgs& mutable_args() { return args_; }
   const CaseGeometry& geometry() const { return geo_; }
   const FiaOutputSpec& output_spec() const { return out_spec_; }
 
