@@ -10,3 +10,13 @@ if(DEFINED SKBUILD)
   set(OPENFIA_BUILD_TESTS OFF)
   set(OPENFIA_BUILD_EXAMPLES OFF)
 endif()
+
+# ccache, where installed, makes a rebuild of unchanged sources (another preset, a second pip
+# install, a fresh clone of the same tree) nearly free.
+option(OPENFIA_CCACHE "Compile through ccache when it is installed" ON)
+if(OPENFIA_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  find_program(OPENFIA_CCACHE_PROGRAM ccache)
+  if(OPENFIA_CCACHE_PROGRAM)
+    set(CMAKE_CXX_COMPILER_LAUNCHER ${OPENFIA_CCACHE_PROGRAM})
+  endif()
+endif()
