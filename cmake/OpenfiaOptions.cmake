@@ -10,6 +10,18 @@ if(DEFINED SKBUILD)
   set(OPENFIA_BUILD_TESTS OFF)
   set(OPENFIA_BUILD_EXAMPLES OFF)
 endif()
+# BUILD_SHARED_LIBS (CMake's own switch, default OFF) makes libopenfia a shared library that
+# exports the public API only. The Python module links the library statically (one file, its
+# symbols hidden inside the module), and the tests and the benchmark call internals the shared
+# library does not export.
+if(OPENFIA_BUILD_PYTHON)
+  set(BUILD_SHARED_LIBS OFF)
+elseif(BUILD_SHARED_LIBS AND (OPENFIA_BUILD_TESTS OR OPENFIA_BUILD_BENCH))
+  message(FATAL_ERROR "BUILD_SHARED_LIBS=ON builds the library alone: the tests and the benchmark "
+    "link internals a shared libopenfia does not export (got OPENFIA_BUILD_TESTS="
+    "${OPENFIA_BUILD_TESTS}, OPENFIA_BUILD_BENCH=${OPENFIA_BUILD_BENCH}; use "
+    "`cmake --preset install -DBUILD_SHARED_LIBS=ON`, or add -DOPENFIA_BUILD_TESTS=OFF)")
+endif()
 
 # ccache, where installed, makes a rebuild of unchanged sources (another preset, a second pip
 # install, a fresh clone of the same tree) nearly free.

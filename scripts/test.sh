@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs openfia's dependencies, then builds and runs every test: C++ (GoogleTest, dev build and
-# release build, ASan+UBSan build, the scalar-only build, and an AArch64 cross build run under
-# user-mode QEMU: the NEON targets) and Python (pytest against PyTorch).
+# release build, the install route with the example built against the installed library, the
+# scalar-only build, an AArch64 cross build run under user-mode QEMU: the NEON targets, and an
+# ASan+UBSan build) and Python (pytest against PyTorch).
 # Usage: scripts/test.sh            (OPENFIA_TIER=full for the full case list)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,9 @@ echo "== C++ tests (release build: the kernels as the optimizer builds them for 
 cmake --preset release -DOPENFIA_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build/release -j"$JOBS"
 ctest --test-dir build/release -j"$JOBS" --output-on-failure
+
+echo "== C++ install route (the library alone, static and shared; the example against it) =="
+bash scripts/test_install.sh
 
 echo "== C++ tests (scalar-only build: no SIMD targets) =="
 cmake --preset scalar -DOPENFIA_BUILD_EXAMPLES=OFF >/dev/null

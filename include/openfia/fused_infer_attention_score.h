@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "openfia/export.h"
 #include "openfia/tensor_view.h"
 
 namespace openfia {
@@ -79,13 +80,13 @@ struct FiaOutputSpec {
 // Validates `args` (throws openfia::Error naming the argument, the rule and the value) and
 // returns the output shapes. Reads the values of small host-side tensors (padding sizes, prefix
 // length, block_table) but never the bulk data.
-FiaOutputSpec FusedInferAttentionScoreOutputSpec(const FiaArgs& args);
+OPENFIA_API FiaOutputSpec FusedInferAttentionScoreOutputSpec(const FiaArgs& args);
 
 // Computes attention_out (and softmax_lse when softmax_lse_flag). Both outputs must be
 // contiguous tensors of the shapes and dtypes FusedInferAttentionScoreOutputSpec returns.
 // softmax_lse may be absent when softmax_lse_flag is false (otherwise it is filled with 0).
 // Rows with no attendable key are 0 with lse +inf (see docs for the exact rules).
-void FusedInferAttentionScore(const FiaArgs& args, const TensorView& attention_out,
-                              const TensorView& softmax_lse);
+OPENFIA_API void FusedInferAttentionScore(const FiaArgs& args, const TensorView& attention_out,
+                                          const TensorView& softmax_lse);
 
 }  // namespace openfia
