@@ -46,5 +46,12 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 if [ -f pyproject.toml ]; then
   echo "== Python tests (pytest vs PyTorch float64) =="
   $PY -m pip install -q --no-build-isolation .
+  # The module links libopenfia statically with its symbols hidden inside the module
+  # (python/CMakeLists.txt): no symbol of the openfia namespace in its dynamic symbol table.
+  so=$($PY -c "import openfia._openfia as m; print(m.__file__)")
+  if nm -DC --defined-only "$so" | grep 'openfia::'; then
+    echo "FAIL: $so exports the symbols above of the openfia library" >&2
+    exit 1
+  fi
   (cd tests/python && $PY -m pytest -q -x .)
 fi
