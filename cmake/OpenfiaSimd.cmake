@@ -1,12 +1,12 @@
-# Per-ISA targets for src/engine/kernels/*/*_<target>.cc. The whole library, those files included, is compiled
-# for the baseline ISA; each per-ISA file switches its own kernels to the target's instructions
-# with `#pragma GCC target(...)` after its includes (the same feature list as below), so that no
-# inline function of a shared header or std template is ever emitted with the target's
-# instructions (the linker keeps one copy of such functions for the whole program: with the flags
-# on the command line it could keep the AVX-512 copy and hand it to a baseline caller, SIGILL on an
-# AVX2 CPU). The flags below only check that the compiler supports the target. A target the
-# compiler cannot build is dropped (its dispatch entry reports absent): each such file must wrap
-# its body in `#if defined(OPENFIA_HAVE_<TARGET>)`.
+# Per-ISA targets for src/engine/kernels/*/*_<target>.cc. The whole library, those files included,
+# is compiled for the baseline ISA; each per-ISA file switches its own kernels to the target's
+# instructions with `#pragma GCC target(...)` after its includes (the same feature list as below),
+# so that no inline function of a shared header or std template is ever emitted with the target's
+# instructions (the linker keeps one copy of such functions for the whole program: with the flags on
+# the command line it could keep the AVX-512 copy and hand it to a baseline caller, SIGILL on an
+# AVX2 CPU). The flags below only check that the compiler supports the target. A target the compiler
+# cannot build is dropped (its dispatch entry reports absent): each such file must wrap its body in
+# `#if defined(OPENFIA_HAVE_<TARGET>)`.
 include(CheckCXXCompilerFlag)
 set(_openfia_x86 OFF)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")

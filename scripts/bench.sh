@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: build openfia and its benchmark, then run the benchmark side by side with PyTorch.
 #   scripts/bench.sh               # demo preset: every workload at 1/8 size (a few minutes)
-#   scripts/bench.sh full          # the exact shapes
+#   scripts/bench.sh full          # the full model shapes (docs/benchmark.md)
 #   scripts/bench.sh demo --only D1,P2 --runs 5   # extra arguments go to python -m openfia.bench
 #   scripts/bench.sh demo --ops fia               # FIA rows only (default --ops all adds the
 #                                                 # KvQuantSparseFlashAttention / SparseAttnSharedkv rows)
@@ -25,12 +25,12 @@ if [ ! -f /usr/include/benchmark/benchmark.h ]; then
 fi
 $PY -c "import matplotlib" 2>/dev/null || $PY -m pip install -q matplotlib
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q "torch==2.13.0"
-echo "== building the openfia Python module (pip install --no-build-isolation .) =="
-$PY -m pip install -q --no-build-isolation .
-
-echo "== building openfia-bench (cmake --preset bench) =="
-cmake --preset bench >/dev/null
-cmake --build build/bench -j"$JOBS"
+# One build for both: pip builds the Python module and, in the same CMake tree (build/bench), the
+# C++ benchmark binary, so the library compiles once. -v shows the build's own progress lines.
+echo "== building openfia: the Python module and the C++ benchmark (one build, $JOBS jobs) =="
+CMAKE_BUILD_PARALLEL_LEVEL=$JOBS $PY -m pip install -v --no-build-isolation \
+  --config-settings=build-dir=build/bench \
+  --config-settings=cmake.define.OPENFIA_BUILD_BENCH=ON .
 BIN=build/bench/bench/openfia-bench
 
 echo "== C++ benchmark (preset $PRESET): limits, workloads, thread scaling, KV-length sweep =="

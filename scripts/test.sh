@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs openfia's dependencies, then builds and runs every test: C++ (GoogleTest, dev build and
-# release build, ASan+UBSan build with a seeded run of the fuzz target, a ThreadSanitizer build of
-# the thread tests, the scalar-only build, and an AArch64 cross build run under user-mode QEMU:
-# the NEON targets) and Python (pytest against PyTorch).
+# release build, the install route with the example built against the installed library, the
+# scalar-only build, an AArch64 cross build run under user-mode QEMU: the NEON targets, an
+# ASan+UBSan build with a seeded run of the fuzz target, a ThreadSanitizer build of the thread
+# tests) and Python (pytest against PyTorch).
 # Usage: scripts/test.sh            (OPENFIA_TIER=full for the full case list)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,9 @@ echo "== C++ tests (release build: the kernels as the optimizer builds them for 
 cmake --preset release -DOPENFIA_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build/release -j"$JOBS"
 ctest --test-dir build/release -j"$JOBS" --output-on-failure
+
+echo "== C++ install route (the library alone, static and shared; the example against it) =="
+bash scripts/test_install.sh
 
 echo "== C++ tests (scalar-only build: no SIMD targets) =="
 cmake --preset scalar -DOPENFIA_BUILD_EXAMPLES=OFF >/dev/null
@@ -53,5 +57,12 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build/tsan/tests/cpp/openfi
 if [ -f pyproject.toml ]; then
   echo "== Python tests (pytest vs PyTorch float64) =="
   $PY -m pip install -q --no-build-isolation .
+  # The module links libopenfia statically with its symbols hidden inside the module
+  # (python/CMakeLists.txt): no symbol of the openfia namespace in its dynamic symbol table.
+  so=$($PY -c "import openfia._openfia as m; print(m.__file__)")
+  if nm -DC --defined-only "$so" | grep 'openfia::'; then
+    echo "FAIL: $so exports the symbols above of the openfia library" >&2
+    exit 1
+  fi
   (cd tests/python && $PY -m pytest -q -x .)
 fi

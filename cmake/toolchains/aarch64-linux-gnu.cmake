@@ -11,3 +11,7 @@ set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 # ctest and gtest_discover_tests run the test binary through this.
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
+# The build's own checks written in Python (tests/cpp: include layers, ISA isolation) read the
+# sources or x86 objects and run in the native builds; here CTest would hand the host's
+# interpreter to the emulator, which cannot run it.
+set(CMAKE_DISABLE_FIND_PACKAGE_Python3 ON)

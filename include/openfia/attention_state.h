@@ -8,6 +8,7 @@
 // (attention_out, softmax_lse) pairs FusedInferAttentionScore returns with softmax_lse_flag.
 #pragma once
 
+#include "openfia/export.h"
 #include "openfia/tensor_view.h"
 
 namespace openfia {
@@ -33,7 +34,7 @@ struct AttentionState {
 // otherwise must not overlap them (likewise lse). Throws openfia::Error (operator name
 // "merge_attention_states", arguments out_a, lse_a, out_b, lse_b, out, lse) for a bad call.
 // Deterministic: the same inputs give bitwise the same dst for any thread count.
-void MergeAttentionStates(const AttentionState& a, const AttentionState& b,
-                          const AttentionState& dst);
+OPENFIA_API void MergeAttentionStates(const AttentionState& a, const AttentionState& b,
+                                      const AttentionState& dst);
 
 }  // namespace openfia

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "openfia/export.h"
+
 namespace openfia {
 
 // Element type of a TensorView. int4 is not listed: torch_npu passes packed int4 as int32
@@ -41,6 +43,6 @@ constexpr int64_t ElementSize(DType t) {
 }
 
 // Lower-case name as torch spells it ("float16", "bfloat16", "float8_e4m3fn", "hifloat8", ...).
-std::string_view DTypeName(DType t);
+OPENFIA_API std::string_view DTypeName(DType t);
 
 }  // namespace openfia

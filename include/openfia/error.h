@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "openfia/export.h"
+
 namespace openfia {
 
 enum class ErrorCode {
@@ -17,7 +19,7 @@ enum class ErrorCode {
 
 // Thrown by every public entry point before any compute happens. what() reads
 // "<op>: argument '<argument>': <rule> (got <actual>)".
-class Error : public std::invalid_argument {
+class OPENFIA_API Error : public std::invalid_argument {
  public:
   Error(ErrorCode code, std::string argument, std::string rule, std::string actual,
         std::string op = "npu_fused_infer_attention_score");

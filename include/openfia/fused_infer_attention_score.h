@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "openfia/export.h"
 #include "openfia/tensor_view.h"
 
 namespace openfia {
@@ -94,7 +95,7 @@ struct FiaCallState;
 //   FiaCall call(args);
 //   ... allocate outputs of call.output_spec() ...
 //   call.Run(attention_out, softmax_lse);
-class FiaCall {
+class OPENFIA_API FiaCall {
  public:
   explicit FiaCall(const FiaArgs& args);
   ~FiaCall();
@@ -113,14 +114,14 @@ class FiaCall {
 };
 
 // Validates `args` and returns the output shapes: FiaCall(args).output_spec().
-FiaOutputSpec FusedInferAttentionScoreOutputSpec(const FiaArgs& args);
+OPENFIA_API FiaOutputSpec FusedInferAttentionScoreOutputSpec(const FiaArgs& args);
 
 // Validates `args` and computes attention_out (and softmax_lse when softmax_lse_flag):
 // FiaCall(args).Run(attention_out, softmax_lse). Both outputs must be contiguous tensors of the
 // shapes and dtypes FusedInferAttentionScoreOutputSpec returns.
 // softmax_lse may be absent when softmax_lse_flag is false (otherwise it is filled with 0).
 // Rows with no attendable key are 0 with lse +inf (see docs for the exact rules).
-void FusedInferAttentionScore(const FiaArgs& args, const TensorView& attention_out,
-                              const TensorView& softmax_lse);
+OPENFIA_API void FusedInferAttentionScore(const FiaArgs& args, const TensorView& attention_out,
+                                          const TensorView& softmax_lse);
 
 }  // namespace openfia

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "openfia/export.h"
 #include "openfia/tensor_view.h"
 
 namespace openfia {
@@ -80,12 +81,13 @@ struct KvqsfaOutputSpec {
 // sparse_indices) to prove every memory access in range, but never the KV data. Both functions
 // copy the index tensors once and use only the copy, so a caller changing them during the call
 // cannot make openfia read out of bounds.
-KvqsfaOutputSpec KvQuantSparseFlashAttentionOutputSpec(const KvqsfaArgs& args);
+OPENFIA_API KvqsfaOutputSpec KvQuantSparseFlashAttentionOutputSpec(const KvqsfaArgs& args);
 
 // Computes attention_out, a contiguous tensor of the shape and dtype the spec function returns,
 // overlapping no input.
 // Rows that attend no key (every index -1 or skipped, rows i < S1 - S2 in sparse_mode 3, rows
 // past actual_seq_lengths_query) are 0.
-void KvQuantSparseFlashAttention(const KvqsfaArgs& args, const TensorView& attention_out);
+OPENFIA_API void KvQuantSparseFlashAttention(const KvqsfaArgs& args,
+                                             const TensorView& attention_out);
 
 }  // namespace openfia

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "openfia/export.h"
+
 namespace openfia {
 
 // Every setting is checked where it is set: a setter given a value outside its accepted set throws
@@ -18,35 +20,35 @@ enum class Impl {
   kEngine,     // the fast engine; a call it does not support is an error naming why
 };
 
-void SetImpl(Impl impl);
-Impl GetImpl();  // honours OPENFIA_IMPL=ref|reference|engine|auto at first use
+OPENFIA_API void SetImpl(Impl impl);
+OPENFIA_API Impl GetImpl();  // honours OPENFIA_IMPL=ref|reference|engine|auto at first use
 
 // Worker threads used by the engine: 1..kMaxNumThreads (default: OPENFIA_NUM_THREADS, else the
 // hardware concurrency capped at kMaxNumThreads). Results do not depend on this number. A count
 // the system cannot start (a process thread limit) fails the next multi-threaded call with
 // ErrorCode::kResourceExhausted naming the count.
 inline constexpr int kMaxNumThreads = 1024;
-void SetNumThreads(int n);
-int GetNumThreads();
+OPENFIA_API void SetNumThreads(int n);
+OPENFIA_API int GetNumThreads();
 
 // Highest SIMD target the engine may use: one of SimdCapNames() ("scalar", "avx2", "avx512",
 // "avx512bf16", "avx512fp16", "amx", "neon", "neonbf16", "sve", "best"; another architecture's
 // names cap to scalar; "" = "best"). Also set by OPENFIA_SIMD. The default is the best the CPU
 // supports.
-void SetSimdCap(const std::string& target);
-std::vector<std::string> SimdCapNames();
-std::string SimdTarget();  // the target in effect
+OPENFIA_API void SetSimdCap(const std::string& target);
+OPENFIA_API std::vector<std::string> SimdCapNames();
+OPENFIA_API std::string SimdTarget();  // the target in effect
 
 // Forces one attention kernel for every work item instead of the target's kernel list ("" = the
 // list, the default). Also set by OPENFIA_KERNEL. The name must be one of AvailableKernels(); a
 // call with an item the kernel does not support then fails with an error naming the reason (for
 // tests and measurements: every kernel can be run against the reference on its own).
-void SetKernel(const std::string& name);
-std::string GetKernel();
+OPENFIA_API void SetKernel(const std::string& name);
+OPENFIA_API std::string GetKernel();
 // The kernels compiled into this build whose instructions this CPU runs, e.g. "portable",
 // "tile_avx2", "decode_avx512bf16".
-std::vector<std::string> AvailableKernels();
+OPENFIA_API std::vector<std::string> AvailableKernels();
 
-std::string Version();
+OPENFIA_API std::string Version();
 
 }  // namespace openfia

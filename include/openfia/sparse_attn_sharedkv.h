@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "openfia/export.h"
 #include "openfia/tensor_view.h"
 
 namespace openfia {
@@ -60,14 +61,15 @@ struct SasMetadataArgs {
 
 // Validates `args` and writes the plan into `metadata` (int32, [1024], contiguous). Deterministic:
 // the same arguments and worker count give the same words. Unused words are 0.
-void SparseAttnSharedkvMetadata(const SasMetadataArgs& args, const TensorView& metadata);
+OPENFIA_API void SparseAttnSharedkvMetadata(const SasMetadataArgs& args,
+                                            const TensorView& metadata);
 
 // Checks that `metadata` was made for the configuration `args` describes and that its compute
 // compute records cover every piece (a work unit = batch x M block, or one S2 chunk of a unit
 // when small-batch decode splits its key lists) exactly once and that its reduce records are the
 // ones the configuration needs, whatever worker count it was planned for. Throws
 // openfia::Error naming `metadata` otherwise.
-void VerifySasMetadata(const SasMetadataArgs& args, const TensorView& metadata);
+OPENFIA_API void VerifySasMetadata(const SasMetadataArgs& args, const TensorView& metadata);
 
 // Every argument of npu_sparse_attn_sharedkv.
 struct SasArgs {
@@ -108,7 +110,7 @@ struct SasOutputSpec {
 // Validates `args` (throws openfia::Error naming the argument, the rule and the value) and returns
 // the output shapes. Reads seqused_kv, cu_seqlens_q, the block tables, the sparse indices and the
 // metadata, never q or the caches.
-SasOutputSpec SparseAttnSharedkvOutputSpec(const SasArgs& args);
+OPENFIA_API SasOutputSpec SparseAttnSharedkvOutputSpec(const SasArgs& args);
 
 // Computes attention_out (and softmax_lse when return_softmax_lse: log of the softmax
 // denominator, sink included; +inf for rows without keys). Outputs are contiguous tensors of the
@@ -116,7 +118,7 @@ SasOutputSpec SparseAttnSharedkvOutputSpec(const SasArgs& args);
 // absent when return_softmax_lse is false. The index tensors (lengths, block tables, indices,
 // metadata) are copied once and only the copies are read.
 // Bitwise identical with or without metadata and for every thread count.
-void SparseAttnSharedkv(const SasArgs& args, const TensorView& attention_out,
-                        const TensorView& softmax_lse);
+OPENFIA_API void SparseAttnSharedkv(const SasArgs& args, const TensorView& attention_out,
+                                    const TensorView& softmax_lse);
 
 }  // namespace openfia

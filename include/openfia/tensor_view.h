@@ -6,13 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "openfia/export.h"
 #include "openfia/dtype.h"
 
 namespace openfia {
 
 // A view of memory owned by the caller. Strides are in elements (as torch counts them), not bytes.
 // A default-constructed view is "absent" (the NPU API's None).
-struct TensorView {
+struct OPENFIA_API TensorView {
   void* data = nullptr;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> sizes;
