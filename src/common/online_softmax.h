@@ -1,9 +1,10 @@
-// openfia internal: the online-softmax state of one query row and its merge / finalize rules.
+// openfia internal: the online-softmax state of one query row and its finalize rules.
 //
 // State over a set of visible keys: m = max score (-inf when the set is empty), l = sum of
-// exp(s - m) (fp32, unrounded), acc[d] = sum of round_q(exp(s - m)) * V[d]. Empty states are the
-// identity of Merge, which is how split-KV partials, fully masked tiles and rows with no visible
-// key compose without producing NaN from (-inf) - (-inf).
+// exp(s - m) (fp32, unrounded), acc[d] = sum of round_q(exp(s - m)) * V[d]. An empty state is
+// the identity of the runner's split-KV merge (engine/runner.cc), which is how split partials,
+// fully masked tiles and rows with no visible key compose without producing NaN from
+// (-inf) - (-inf).
 #pragma once
 
 #include <cmath>
@@ -17,23 +18,6 @@ struct SoftmaxRow {
   float l = 0.f;
   bool empty() const { return m == -std::numeric_limits<float>::infinity(); }
 };
-
-// dst <- dst (+) src, for accumulators of length n. Order matters for rounding, so callers merge
-// in a fixed order (split 0, 1, 2, ...).
-inline void MergeSoftmax(SoftmaxRow& dst, float* dst_acc, const SoftmaxRow& src,
-                         const float* src_acc, int64_t n) {
-  if (src.empty()) return;
-  if (dst.empty()) {
-    dst = src;
-    for (int64_t d = 0; d < n; ++d) dst_acc[d] = src_acc[d];
-    return;
-  }
-  const float m = std::fmax(dst.m, src.m);
-  const float a = std::exp(dst.m - m), c = std::exp(src.m - m);
-  dst.l = dst.l * a + src.l * c;
-  for (int64_t d = 0; d < n; ++d) dst_acc[d] = dst_acc[d] * a + src_acc[d] * c;
-  dst.m = m;
-}
 
 // Final output factor and lse of a row: out[d] = acc[d] * factor / denom (the division happens in
 // fp32, after P*V, as on the NPU). A row with no visible key returns false (output 0, lse +inf,

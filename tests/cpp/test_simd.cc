@@ -251,23 +251,7 @@ TEST(SimdTarget, Bf16DotTilesFollowTheVendorAndTheCap) {
 #endif
 }
 
-TEST(OnlineSoftmax, MergeIsOrderedAndEmptyIsIdentity) {
-  SoftmaxRow a{1.f, 2.f}, e;
-  float acc_a[2] = {1.f, 2.f}, acc_e[2] = {std::nanf(""), std::nanf("")};
-  SoftmaxRow d;
-  float acc_d[2] = {0, 0};
-  MergeSoftmax(d, acc_d, e, acc_e, 2);
-  EXPECT_TRUE(d.empty());
-  MergeSoftmax(d, acc_d, a, acc_a, 2);
-  MergeSoftmax(d, acc_d, e, acc_e, 2);
-  EXPECT_EQ(d.m, 1.f);
-  EXPECT_EQ(d.l, 2.f);
-  EXPECT_EQ(acc_d[1], 2.f);
-  SoftmaxRow b{3.f, 1.f};
-  float acc_b[2] = {4.f, 4.f};
-  MergeSoftmax(d, acc_d, b, acc_b, 2);
-  EXPECT_EQ(d.m, 3.f);
-  EXPECT_FLOAT_EQ(d.l, 2.f * std::exp(-2.f) + 1.f);
+TEST(OnlineSoftmax, FinalizeWithAndWithoutSink) {
   RowFinal f;
   EXPECT_FALSE(FinalizeSoftmax(SoftmaxRow{}, 5.f, &f));
   EXPECT_TRUE(std::isinf(f.lse));
@@ -275,6 +259,19 @@ TEST(OnlineSoftmax, MergeIsOrderedAndEmptyIsIdentity) {
   EXPECT_TRUE(FinalizeSoftmax(SoftmaxRow{0.f, 1.f}, 200.f, &f));
   EXPECT_FLOAT_EQ(f.lse, 200.f);
   EXPECT_EQ(f.factor, 0.f);
+  // Without a sink: out = acc / l, lse = m + log(l); an empty row is 0 / +inf.
+  EXPECT_TRUE(FinalizeSoftmax(SoftmaxRow{2.f, 4.f}, &f));
+  EXPECT_EQ(f.factor, 1.f);
+  EXPECT_EQ(f.denom, 4.f);
+  EXPECT_FLOAT_EQ(f.lse, 2.f + std::log(4.f));
+  EXPECT_FALSE(FinalizeSoftmax(SoftmaxRow{}, &f));
+  EXPECT_EQ(f.factor, 0.f);
+  EXPECT_TRUE(std::isinf(f.lse));
+  // A -inf sink is no sink; a NaN sink makes the row NaN.
+  EXPECT_TRUE(FinalizeSoftmax(SoftmaxRow{2.f, 4.f}, -INFINITY, &f));
+  EXPECT_FLOAT_EQ(f.lse, 2.f + std::log(4.f));
+  EXPECT_TRUE(FinalizeSoftmax(SoftmaxRow{2.f, 4.f}, NAN, &f));
+  EXPECT_TRUE(std::isnan(f.factor) && std::isnan(f.lse));
 }
 
 TEST(Parallel, EveryItemOnceAnyThreadCount) {
