@@ -1,9 +1,10 @@
 // openfia: KvQuantSparseFlashAttention (torch_npu.npu_kv_quant_sparse_flash_attention) on the CPU:
 // DeepSeek-V3.2 top-k sparse MLA attention over a tile-quantized KV cache.
 //
-// Semantics: ../shared/spec/SPEC.md section 1 and 2.9, SEMANTICS.md section 2 (summarised in
+// Semantics: docs/semantics.md section 2 (the arguments and every constraint:
 // docs/kv_quant_sparse_flash_attention.md). Argument names, order and defaults follow the
-// torch_npu schema (Ascend/op-plugin op_plugin_functions.yaml, `npu_kv_quant_sparse_flash_attention`).
+// torch_npu schema (Ascend/op-plugin op_plugin_functions.yaml,
+// `npu_kv_quant_sparse_flash_attention`).
 #pragma once
 
 #include <cstdint>

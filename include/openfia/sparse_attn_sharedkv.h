@@ -1,7 +1,7 @@
 // openfia: SparseAttnSharedkv (custom.npu_sparse_attn_sharedkv, DeepSeek-V4 attention) and its
 // planner SparseAttnSharedkvMetadata (custom.npu_sparse_attn_sharedkv_metadata) on the CPU.
 //
-// Semantics: ../shared/spec/SPEC.md 2.10-2.11 and SEMANTICS.md section 3 (summarised in
+// Semantics: docs/semantics.md section 3 (the arguments and every constraint:
 // docs/sparse_attn_sharedkv.md). Argument names, order and defaults follow the custom-op
 // signatures. For a query at absolute position p = S2 - S1 + i of batch b the keys are the
 // original tokens of the window (ori_mask_mode 4: max(p-127, 0)..p) followed by the compressed

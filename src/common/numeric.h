@@ -25,9 +25,9 @@ uint16_t F32ToBF16(float f);
 float FP8E4M3ToF32(uint8_t x);
 uint8_t F32ToFP8E4M3(float f);
 
-// Ascend HiFloat8 (SEMANTICS.md 2.5): 0x00 = 0, 0x80 = NaN, 0x6F/0xEF = +-inf, tapered precision.
-// F32ToHiF8 picks the nearest representable value (ties to the even code: the one whose bit 0
-// is clear), saturating finite overflow to +-32768; +-inf stays +-inf, NaN -> 0x80, and there
+// Ascend HiFloat8 (docs/semantics.md 2.5): 0x00 = 0, 0x80 = NaN, 0x6F/0xEF = +-inf, tapered
+// precision. F32ToHiF8 picks the nearest representable value (ties to the even code: the one whose
+// bit 0 is clear), saturating finite overflow to +-32768; +-inf stays +-inf, NaN -> 0x80, and there
 // is no -0 (tiny negatives -> 0x00).
 float HiF8ToF32(uint8_t x);
 uint8_t F32ToHiF8(float f);

@@ -14,9 +14,8 @@ namespace {
 constexpr int64_t kSplitItems = 64;
 constexpr int64_t kMinSplitTiles = 16;
 // A wide item (at least kWideRows rows: MLA decode, 128 heads on one KV head; a multi-head
-// decode item, 8 KV heads x a GQA group of 4) is cut in two from 2 x kWideMinTiles tiles on: a
-// 1024-key MLA decode had been one item, so one core (2 threads no faster than 1), and so had a
-// 1024-key Llama decode (B = 1: 0.42 -> 0.22 ms at 2 threads on the Intel VM of session 12).
+// decode item, 8 KV heads x a GQA group of 4) is cut in two from 2 x kWideMinTiles tiles on, so
+// that one short decode (a 1024-key MLA or Llama decode at B = 1) still gives two cores work.
 // More pieces than tiles / kMinSplitTiles would only add state writes and merging (an MLA
 // piece's state: 260 KB).
 constexpr int64_t kWideRows = 32;
@@ -72,9 +71,9 @@ Plan MakePlan(const Problem& p) {
   }
   for (int64_t b = 0; b < p.batch && p.key_offset.empty(); ++b) {
     const int64_t nq = p.q_len[b], kvt = p.kv_total(b);
-    // SEMANTICS 1.12: with post-quantization a prompt (Q_S > 1) batch without any key outputs
-    // int8 0 ("PFA输出0"), not the quantized zero sat(round(qo2)) that rows without a visible key
-    // get elsewhere: no item, so the pre-filled 0 and lse +inf stay (as the reference).
+    // docs/semantics.md 1.12: with post-quantization a prompt (Q_S > 1) batch without any key
+    // outputs int8 0 ("PFA输出0"), not the quantized zero sat(round(qo2)) that rows without a visible
+    // key get elsewhere: no item, so the pre-filled 0 and lse +inf stay (as the reference).
     if (kvt == 0 && !p.quant_scale2.empty() && !p.incremental) continue;
     const int64_t pre = p.band_pre.empty() ? Problem::kNoBand : p.band_pre[b];
     const int64_t next = p.band_next.empty() ? Problem::kNoBand : p.band_next[b];
@@ -116,8 +115,8 @@ Plan MakePlan(const Problem& p) {
     const int64_t t_first = w.j0 / kTileKeys, t_end = CeilDiv(w.j1, kTileKeys);
     const int64_t tiles = w.j1 > w.j0 ? t_end - t_first : 0;
     // Full quantization normalizes P by the max over all of a row's keys: never split.
-    // Sparse items keep kMinSplitTiles: each piece pays a cold start on its gathered rows (S1
-    // measured 11-13% slower cold at 32 pieces than at 8, architecture_notes.md).
+    // Sparse items keep kMinSplitTiles: each piece pays a cold start on its gathered rows, which
+    // finer pieces would pay more often than they gain in balance.
     const int64_t pieces =
         p.key_offset.empty() ? SplitPieces(w.rows(), tiles) : tiles / kMinSplitTiles;
     int64_t n_split = p.full_quant ? 1 : std::min(want, pieces);

@@ -74,7 +74,7 @@ void Epilogue(const Problem& p, int64_t b, int64_t h, int64_t i, const SoftmaxRo
   for (int64_t d = 0; d < p.d_v; ++d) {
     // Full quantization: the kernel already divided by fp16(l) (attend_fullquant-inl.h).
     float x = !any ? 0.f : p.full_quant ? acc[d] : acc[d] * f.factor / f.denom;
-    if (quant) {  // SPEC 2.7: y = x * qs2 + qo2 in fp32, half away from zero, saturated
+    if (quant) {  // docs/semantics.md 1.8: x * qs2 + qo2 in fp32, half away from zero, saturated
       const int64_t c = h * p.d_v + d;
       const float qs = p.quant_scale2.size() == 1 ? p.quant_scale2[0] : p.quant_scale2[c];
       const float qo = p.quant_offset2.empty() ? 0.f

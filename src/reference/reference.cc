@@ -1,7 +1,7 @@
 // openfia internal: the fp64 reference for the canonical Problem.
 //
-// A literal transcription of SPEC.md section 2 and SEMANTICS.md 1.2-1.12: scores are
-// materialized per query row, accumulated in double, softmax without tiling. Only the roundings
+// A literal transcription of docs/semantics.md 1.2-1.12 (the decisions of its section 6): scores
+// are materialized per query row, accumulated in double, softmax without tiling. Only the roundings
 // the NPU performs on purpose are reproduced (dequantized K/V and the unnormalized probabilities
 // rounded to the query dtype, the output rounded to its dtype, the int8 paths' fp16 steps), so the
 // fast engine can be compared against it with tolerances derived from the output dtype alone.
@@ -59,7 +59,7 @@ KeyAddr Locate(const Problem& p, const KvOperand& kv, int64_t b, int64_t j) {
   return {&kv.cache, &kv.dequant, b, t, b, t};
 }
 
-// Element (h, d) of a key/value row as the matmul consumes it. Antiquant (SEMANTICS 1.9):
+// Element (h, d) of a key/value row as the matmul consumes it. Antiquant (docs/semantics.md 1.9):
 // (x + offset) * scale in fp32, then rounded to the query dtype, because the NPU feeds the
 // dequantized tile to the fp16/bf16 matmul. An f32 query keeps the fp32 value.
 float LoadKv(const KeyAddr& a, int64_t h, int64_t d, Elem q_elem) {
@@ -132,7 +132,7 @@ double Pse(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
 
 float F16(float x) { return F16ToF32(F32ToF16(x)); }
 
-// x * s + o with the product rounded to fp32 before the addition (SPEC 2.7 says fp32
+// x * s + o with the product rounded to fp32 before the addition (docs/semantics.md 1.8 says fp32
 // arithmetic); the volatile keeps a compiler from contracting the two into one fused FMA.
 float MulAddF32(float x, float s, float o) {
   volatile float prod = x * s;
@@ -140,7 +140,7 @@ float MulAddF32(float x, float s, float o) {
 }
 
 // dequant_scale1 is consumed as a "float19": the low 13 mantissa bits are cleared
-// (SEMANTICS 1.8, golden `ds1 = f32bits & 0xFFFFE000`). Idempotent, so harmless if the
+// (docs/semantics.md 1.8, golden `ds1 = f32bits & 0xFFFFE000`). Idempotent, so harmless if the
 // canonicalizer already truncated it.
 float TruncateToFloat19(float x) {
   uint32_t bits;
@@ -162,10 +162,10 @@ void WriteRow(const Problem& p, int64_t b, int64_t h, int64_t row, const std::ve
     const int64_t idx = b * p.out_sb + h * p.out_sh + row * p.out_ss + d * p.out_sd;
     const float x = static_cast<float>(o[d]);
     if (!post_quant) {
-      StoreFloat(p.out, p.out_elem, idx, x);  // f16/bf16: round to nearest even (SPEC 2.6)
+      StoreFloat(p.out, p.out_elem, idx, x);  // f16/bf16: nearest even (docs/semantics.md 1.2)
       continue;
     }
-    // SPEC 2.7: y = x * qs2 + qo2 in fp32, round half away from zero, saturate.
+    // docs/semantics.md 1.8: y = x * qs2 + qo2 in fp32, round half away from zero, saturate.
     const int64_t c = h * p.d_v + d;
     const float qs2 = p.quant_scale2.size() == 1 ? p.quant_scale2[0] : p.quant_scale2[c];
     const float qo2 = p.quant_offset2.empty()       ? 0.f
@@ -236,7 +236,7 @@ double NanMax(double m, double s) {
   return s > m ? s : m;
 }
 
-// SPEC 2.1-2.6 for float/fp16/bf16 (incl. antiquant KV) queries.
+// docs/semantics.md 1.2-1.5 for float/fp16/bf16 (incl. antiquant KV) queries.
 void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t i,
               const std::vector<int64_t>& keys, std::vector<double>* o, double* lse) {
   const int64_t row = p.q_begin[b] + i;
@@ -246,7 +246,7 @@ void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t
     const float* k = &g.k[keys[n] * g.dk];
     double dot = 0.0;
     for (int64_t d = 0; d < g.dk; ++d) dot += q[d] * k[d];
-    s[n] = dot * p.scale + Pse(p, b, h, i, keys[n]);  // scale first, then pse (SEMANTICS 1.2)
+    s[n] = dot * p.scale + Pse(p, b, h, i, keys[n]);  // scale, then pse (docs/semantics.md 1.2)
   }
   const bool has_sink = p.sinks != nullptr;
   const double sink = has_sink ? static_cast<double>(p.sinks[h]) : 0.0;
@@ -262,7 +262,7 @@ void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t
   for (size_t n = 0; n < keys.size(); ++n) {
     const double e = std::exp(s[n] - m);
     l += e;  // the row sum uses the unrounded probabilities
-    // SPEC 2.6 / SEMANTICS 1.2: the unnormalized P is cast to the query dtype before P*V.
+    // docs/semantics.md 1.2: the unnormalized P is cast to the query dtype before P*V.
     const double pw = round_p ? RoundTo(static_cast<float>(e), p.q.elem) : e;
     const float* v = &g.v[keys[n] * g.dv];
     for (int64_t d = 0; d < p.d_v; ++d) (*o)[d] += pw * v[d];
@@ -271,7 +271,7 @@ void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t
   *lse = std::log(l) + m;
 }
 
-// SEMANTICS 1.8: int8 Q/K/V with the fp16 arithmetic of the golden, emulated step by step.
+// docs/semantics.md 1.8: int8 Q/K/V with the fp16 arithmetic of the golden, emulated step by step.
 // Decision: the max is taken over all visible keys at once, not the golden's running max over
 // 1024-column chunks. The chunked form is the same function in exact arithmetic; its extra
 // fp16 roundings of partial outputs are tiling artefacts that the kernel does not share
@@ -345,8 +345,8 @@ void RunReference(const Problem& p) {
     const int64_t qn = p.q_len[b];
     const int64_t total = p.kv_total(b);
     if (qn <= 0) continue;
-    // SEMANTICS 1.12: with post-quantization, a prompt (Q_S>1) batch without any key outputs
-    // int8 0 ("PFA输出0"), while the incremental branch outputs the quantized zero
+    // docs/semantics.md 1.12: with post-quantization, a prompt (Q_S>1) batch without any key
+    // outputs int8 0 ("PFA输出0"), while the incremental branch outputs the quantized zero
     // sat(round(qo2)) like every other row without a visible key. Rows keep the pre-filled 0.
     if (total == 0 && !p.quant_scale2.empty() && !p.incremental) {
       for (int64_t h = 0; h < p.h_q; ++h)
@@ -373,7 +373,7 @@ void RunReference(const Problem& p) {
         for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
           double lse = kInf;
           if (keys.empty()) {
-            o.assign(p.d_v, 0.0);  // SPEC 2.4: no attendable key -> 0 and lse +inf
+            o.assign(p.d_v, 0.0);  // docs/semantics.md 1.4: no attendable key -> 0 and lse +inf
           } else if (p.full_quant) {
             FullQuantRow(p, g, b, h, i, keys, &o, &lse);
           } else {

@@ -280,9 +280,8 @@ TEST(Engine, SplitKvDecode) {
 }
 
 // A decode item of 32+ rows (MLA: 128 heads on one KV head; 8 KV heads x GQA 4) is cut in two
-// from 16 tiles on, one of fewer rows from 32 tiles on (16 per piece): a 1024-key MLA or Llama
-// decode had been one item, so one core. Results as ever: against the reference, bitwise across
-// 1-3 threads.
+// from 16 tiles on, one of fewer rows from 32 tiles on (16 per piece), so a 1024-key MLA or Llama
+// decode gives two cores work. Results: against the reference, bitwise across 1-3 threads.
 TEST(Engine, WideDecodeItemsSplitAtShortLengths) {
   for (int64_t hq : {128, 32, 16}) {
     CaseSpec s;

@@ -266,7 +266,7 @@ TEST(EnginePerf, DISABLED_MlaDecodeP3) {
               flops / ms / 1e6, flops / ms / 1e6 / Threads());
 }
 
-// int8 full quantization (int8 query, key and value; SEMANTICS 1.8) as a prompt call of the
+// int8 full quantization (int8 query, key and value; docs/semantics.md 1.8) as a prompt call of the
 // shared case list's format: by default P1's geometry (512 queries over 4096 keys, bottom-right
 // causal) with int8 Q / K / V. FQ_LINE overrides the case line. Prints time and the pair rate
 // (GOP/s: 2 (D + Dv) operations per visible (head, query, key) pair, as P1's GFLOP/s).

@@ -1,7 +1,7 @@
 // Test helper for KvQuantSparseFlashAttention: builds the tensors of one call (query, 656-byte KV
 // rows in BSND / TND / PA_BSND, sparse_indices, lengths, block_table) from per-batch logical data,
 // and computes the expected output independently of the library's canonicalization and reference:
-// it re-derives the token lists from the documented threshold rule (SEMANTICS.md 2.3) and
+// it re-derives the token lists from the documented threshold rule (docs/semantics.md 2.3) and
 // dequantizes the rows from their raw bytes.
 #pragma once
 

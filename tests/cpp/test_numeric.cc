@@ -475,7 +475,7 @@ TEST(NumericFP8E4M3, SweepMatchesNearestTable) {
 
 // ---------------------------------------------------------------------------------- HiFloat8
 
-// Independent decoding of SEMANTICS.md 2.5, written from the bit-string view: count the dot
+// Independent decoding of docs/semantics.md 2.5, written from the bit-string view: count the dot
 // prefix, then read the exponent field as sign bit + magnitude bits below an implicit one.
 double RefHiF8(uint32_t x) {
   if (x == 0x00) return 0.0;

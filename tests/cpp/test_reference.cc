@@ -855,7 +855,8 @@ TEST(Reference, PostQuantRoundsHalfAwayAndSaturates) {
 }
 
 TEST(Reference, PostQuantEmptyPromptBatchStaysZeroIncrementalQuantizesZero) {
-  // SEMANTICS 1.12: act_kv == 0 with post-quant: PFA (Q_S > 1) writes 0, IFA writes sat(round(qo2)).
+  // docs/semantics.md 1.12: act_kv == 0 with post-quant: PFA (Q_S > 1) writes 0, IFA writes
+  // sat(round(qo2)).
   for (bool incremental : {false, true}) {
     Fixture f(1, 1, 1, 1, 2, 2, 2);
     f.kv_len = {0};

@@ -1,5 +1,5 @@
-// SparseAttnSharedkv end to end: against an independent double oracle of SEMANTICS.md 3.3 (SWA,
-// CFA, SCFA; BSND and TND; sinks; mask modes), and bitwise invariance under metadata, worker
+// SparseAttnSharedkv end to end: against an independent double oracle of docs/semantics.md 3.3
+// (SWA, CFA, SCFA; BSND and TND; sinks; mask modes), and bitwise invariance under metadata, worker
 // counts and thread counts. Every test runs on the fp64 reference and on the engine.
 #include <gtest/gtest.h>
 

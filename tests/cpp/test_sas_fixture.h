@@ -1,6 +1,6 @@
 // Test fixture for SparseAttnSharedkv: a small call held as logical values, stored the way the
 // NPU stores it (paged ori/cmp caches with shuffled block tables, -1 padded sparse indices), plus
-// an independent double-precision oracle of SEMANTICS.md 3.3.
+// an independent double-precision oracle of docs/semantics.md 3.3.
 //
 // Storage nobody may read is NaN: unused blocks and rows, table padding (-1), and every original
 // or compressed token that no query row attends according to the oracle, so reading a wrong token
@@ -68,7 +68,7 @@ struct SasFixture {
   // Output / lse row index of (b, i) in the flattened [rows, n1] view.
   int64_t OutRow(int64_t b, int64_t i) const { return tnd ? RowBase(b) + i : b * S1() + i; }
 
-  // Keys of query (b, i) as (source, token), in the order of SEMANTICS 3.3.
+  // Keys of query (b, i) as (source, token), in the order of docs/semantics.md 3.3.
   std::vector<std::pair<int, int64_t>> Keys(int64_t b, int64_t i) const {
     std::vector<std::pair<int, int64_t>> keys;
     const int64_t s1 = q_len[b], s2 = kv_len[b], p = s2 - s1 + i;

@@ -91,7 +91,7 @@ TEST(SasPlan, RecordLayoutAndMBlocks) {
   SasConfig c;
   c.batch = 2, c.n1 = 64, c.d = 512, c.has_cmp = true, c.cmp_ratio = 4, c.cmp_topk = 0;
   c.q_len = {10, 3}, c.kv_len = {500, 3};
-  // CFA with G = 64: 256-row M blocks are 4 tokens; SCFA: one token (SEMANTICS 3.4 mBaseSize).
+  // CFA with G = 64: 256-row M blocks are 4 tokens; SCFA: one token (docs/semantics.md 3.4).
   EXPECT_EQ(SasWorkUnits(c).tokens_per_block, 4);
   EXPECT_EQ(SasWorkUnits(c).begin, (std::vector<int64_t>{0, 3, 4}));
   c.cmp_topk = 512;

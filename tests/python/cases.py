@@ -111,7 +111,7 @@ def build_inputs(case):
     kvpad = int(c.p["kvpad"]) if c.p["kvpad"] else None
     if page and act_kv is None:
         act_kv = [KVS] * B
-    # Q_S == 1 (the incremental branch) ignores actual_seq_lengths (SEMANTICS.md 1.1; TND keeps
+    # Q_S == 1 (the incremental branch) ignores actual_seq_lengths (docs/semantics.md 1.1; TND keeps
     # them: they give T): every query row is valid, whatever the case passes to the operator.
     q_lengths_apply = act_q is not None and (S != 1 or packed)
     aq = _broadcast_lengths(act_q if q_lengths_apply else None, B, S)
@@ -125,7 +125,7 @@ def build_inputs(case):
     gkv = list(akv)  # valid KV rows (akv: the lengths the operator is given)
     for b in range(B):
         # Q_S == 1: a window starting before the tensor makes the batch attend nothing
-        # (SEMANTICS 1.6); Q_S > 1 rejects it.
+        # (docs/semantics.md 1.6); Q_S > 1 rejects it.
         if kv_begin[b] < 0 and S == 1 and not packed:
             kv_begin[b], gkv[b] = 0, 0
 

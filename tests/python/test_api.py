@@ -15,7 +15,7 @@ from common import run_openfia
 
 fia = openfia.npu_fused_infer_attention_score
 
-# SPEC.md section 1 / torch_npu documentation (seeds/000), verbatim.
+# The signature in the torch_npu documentation of npu_fused_infer_attention_score, verbatim.
 TORCH_NPU_SIGNATURE = (
     "npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_mask=None, "
     "actual_seq_lengths=None, actual_seq_lengths_kv=None, dequant_scale1=None, quant_scale1=None, "

@@ -356,7 +356,7 @@ def test_hifloat8_codes_roundtrip_and_rounding():
     assert torch.equal(K.hifloat8_encode(vals[fin]), codes[fin])
     pos = vals[(vals > 0) & fin]
     assert pos.max().item() == 32768.0 and pos.min().item() == 2.0**-22
-    assert len(set(pos.tolist())) == 126  # SEMANTICS.md 2.5
+    assert len(set(pos.tolist())) == 126  # docs/semantics.md 2.5
     # Ties away from zero: 1.0625 is halfway between 1 and 1.125 (3 mantissa bits).
     assert K.hifloat8_decode(K.hifloat8_encode(torch.tensor([1.0625, -1.0625]))).tolist() == \
         [1.125, -1.125]

@@ -1,7 +1,7 @@
 """npu_sparse_attn_sharedkv(_metadata) against an independent PyTorch float64 computation.
 
 The oracle gathers each query row's keys from the logical (unpaged) sequences, the window of
-original tokens then the compressed entries (SEMANTICS.md 3.3), and runs
+original tokens then the compressed entries (docs/semantics.md 3.3), and runs
 torch.nn.functional.scaled_dot_product_attention in float64 with one extra all-zero key whose
 additive bias is the head's sink: its score is exactly the sink and its value row is 0, so the
 sink enters the denominator only. Tolerances derive from the output dtype's epsilon.

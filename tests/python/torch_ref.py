@@ -288,7 +288,7 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
         visible = torch.ones(s1, s2, dtype=torch.bool)
         user_mask_applies = mask3 is not None and (incremental or sparse_mode in (0, 1))
         if not incremental:
-            # Mode 0 with left padding forces pre = next = INT_MAX (SEMANTICS 1.3).
+            # Mode 0 with left padding forces pre = next = INT_MAX (docs/semantics.md 1.3).
             if sparse_mode == 0 and atten_mask is not None and qpad is None and kvpad is None:
                 visible &= (j <= i + next_tokens) & (j >= i - pre_tokens)
             elif sparse_mode == 2:
@@ -361,12 +361,12 @@ def reference(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_
         lb = (qq.shape[-1] * EPS32 * sabs + 8 * EPS32 * lse.abs().nan_to_num(0, 0, 0) + 1e-6)
         if rounded_kv:  # K elements may round to the neighbouring query-dtype value
             lb = lb + UNIT_ROUNDOFF[cdt] * 2 * sabs
-        if full_quant:  # SEMANTICS 1.8: S = fp16(fp16(S_int * float19(ds1)) * fp16(scale)), so
-            # m and every E see the float19 truncation (2^-10) and two fp16 roundings (2^-11 each)
+        if full_quant:  # S = fp16(fp16(S_int * float19(ds1)) * fp16(scale)) (docs/semantics.md 1.8),
+            # so m and every E see the float19 truncation (2^-10) and two fp16 roundings (2^-11 each)
             lb = lb + 2.0 ** -9 * sabs
         outs.append(o)
-        # SEMANTICS 1.12: with post-quantization a prompt batch without any key is int8 0 (the
-        # quantized zero sat(round(qo2)) is for rows without a visible key elsewhere).
+        # docs/semantics.md 1.12: with post-quantization a prompt batch without any key is int8 0
+        # (the quantized zero sat(round(qo2)) is for rows without a visible key elsewhere).
         quant_zero.append(quant_scale2 is not None and s2 == 0 and not incremental)
         lses.append(lse)
         obounds.append(ob)

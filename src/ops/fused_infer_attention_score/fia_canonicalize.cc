@@ -221,7 +221,7 @@ Problem CanonicalizeFia(const FiaArgs& a, const FiaGeometry& g, const TensorView
     p.pse_col0 = g.kv_begin;
   }
 
-  // Band (SEMANTICS.md 1.3), per batch with S1 = act_q and S2 = act_kv + prefix_len. A side
+  // Band (docs/semantics.md 1.3), per batch with S1 = act_q and S2 = act_kv + prefix_len. A side
   // that is INT_MAX after clipping is unbounded and stored as kNoBand.
   p.band_pre.assign(g.batch, Problem::kNoBand);
   p.band_next.assign(g.batch, Problem::kNoBand);

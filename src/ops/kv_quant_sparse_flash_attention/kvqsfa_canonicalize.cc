@@ -86,7 +86,8 @@ Problem CanonicalizeKvqsfa(const KvqsfaArgs& a, const KvqsfaShape& sh, const Ten
   p.k.dequant.sd = 1;
   p.k.dequant.d_group = kKvqTile;
   // attention_mode 2 (KV shared): V is the dequantized nope part of the same rows; the `value`
-  // tensor is never read (the kernel's second matmul reads the dequantized key, SEMANTICS.md 2.2).
+  // tensor is never read (the kernel's second matmul reads the dequantized key,
+  // docs/semantics.md 2.2).
   p.v = p.k;
   p.k_rope.cache = RowField(k, rs, kKvqRopeByte, 2, qe);
 

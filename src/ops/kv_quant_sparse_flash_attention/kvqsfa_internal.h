@@ -10,7 +10,7 @@
 
 namespace openfia::internal {
 
-// Row format of the tile-quantized KV cache (SEMANTICS.md 2.1).
+// Row format of the tile-quantized KV cache (docs/semantics.md 2.1).
 inline constexpr int64_t kKvqNope = 512;       // nope values (1 byte each)
 inline constexpr int64_t kKvqRope = 64;        // rope values (query dtype, 2 bytes each)
 inline constexpr int64_t kKvqTile = 128;       // nope channels per fp32 scale
@@ -38,7 +38,7 @@ struct KvqsfaShape {
 // prove every memory access in range.
 KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& args);
 
-// Which entries of one sparse_indices row are read (SEMANTICS.md 2.3). Query row s1
+// Which entries of one sparse_indices row are read (docs/semantics.md 2.3). Query row s1
 // (0 <= s1 < q_len) of a batch with q_len query rows and kv_len KV tokens may attend tokens below
 // `threshold`: kv_len in sparse_mode 0, kv_len - q_len + s1 + 1 in sparse_mode 3 (right-down
 // causal). The kernel reads the first min(count, ceil(threshold / block)) entries (up to the

@@ -1,6 +1,7 @@
 // openfia: KvQuantSparseFlashAttention argument validation. Order: presence, attributes, dtypes
-// and shapes, sequence lengths, paging, index contents. Sources: seeds/002 (torch_npu doc),
-// SEMANTICS.md 2, SPEC.md 2.9 and 2.12 (every index that addresses memory is checked).
+// and shapes, sequence lengths, paging, index contents. Sources: the torch_npu documentation of
+// npu_kv_quant_sparse_flash_attention and docs/semantics.md 2; every index that addresses memory
+// is checked (docs/semantics.md 4).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,7 +22,7 @@ bool IsKvDType(DType t) {
   return t == DType::kInt8 || t == DType::kFloat8E4M3 || t == DType::kHiFloat8 ||
          t == DType::kUInt8;
 }
-// torch has no hifloat8 dtype: a uint8 tensor carries hifloat8 bytes (SPEC.md 2.9).
+// torch has no hifloat8 dtype: a uint8 tensor carries hifloat8 bytes (docs/semantics.md 6.9).
 DType KvFormat(DType t) { return t == DType::kUInt8 ? DType::kHiFloat8 : t; }
 
 KvqLayout ParseLayout(const std::string& s, const char* arg, bool allow_pa) {

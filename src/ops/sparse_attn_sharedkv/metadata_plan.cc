@@ -1,8 +1,8 @@
 // openfia: SparseAttnSharedkvMetadata, the work plan of SparseAttnSharedkv.
 //
 // Work units are (bn2, m) pairs: M blocks of query tokens (with all heads of their KV group) of
-// one batch, numbered in (bn2, m) order, as in the NPU's metadata (SEMANTICS 3.4). With few units
-// (small-batch decode) each unit's key lists are also cut along S2 on a fixed grid of whole
+// one batch, numbered in (bn2, m) order, as in the NPU's metadata (docs/semantics.md 3.4). With few
+// units (small-batch decode) each unit's key lists are also cut along S2 on a fixed grid of whole
 // tiles (the NPU's FlashDecode split, supportFd); the split units' partial states are merged by
 // the reduce records. The pieces (unit, S2 chunk) are cut into at most 36 contiguous ranges of
 // near-equal cost, one per compute worker (docs/sparse_attn_sharedkv.md, "Metadata", has the cost

@@ -3,7 +3,7 @@
 // ori_kv is the paged first key source (k = v: K equals V), cmp_kv the paged second source
 // (k2 = v2). Every valid query row gets an explicit key list (problem.h key_offset/key_index/
 // key_source): its window of original tokens in ascending order, then its compressed entries
-// (SEMANTICS 3.3), so one softmax covers both, with the sinks in the denominator.
+// (docs/semantics.md 3.3), so one softmax covers both, with the sinks in the denominator.
 #include <cmath>
 #include <new>
 

@@ -56,7 +56,7 @@ Problem CanonicalizeSas(const SasArgs& args, const SasConfig& config, const Tens
 
 // ---- the plan (metadata_plan.cc) ----------------------------------------------------------
 
-// Metadata word layout (SEMANTICS.md 3.4, master sparse_attn_sharedkv_metadata.h).
+// Metadata word layout (docs/semantics.md 3.4).
 inline constexpr int64_t kSasRecordWords = 8;
 inline constexpr int64_t kSasReduceBase = 288;  // 36 compute records * 8 words
 inline constexpr int64_t kSasReduceRecords = 72;
@@ -90,9 +90,9 @@ inline constexpr int64_t kSasSplitBelowUnits = 4;
 inline constexpr int64_t kSasSplitTarget = kSasMaxWorkers;
 // Fewest tiles of a split chunk. A chunk pays its engine item, its partial-state write and its
 // share of the merge whatever its length: ~35 us for 64 rows of 512 channels on the AMX engine
-// (0.4x the attention of 192 keys there), ~20 us on the AVX2 engine (0.06x; session 20's
-// cost-model run). 3 splits the 384-key lists of a short DeepSeek-V4 context (128 window + 256
-// compressed entries) over two workers; 4 (sessions 5-19) left one worker idle.
+// (0.4x the attention of 192 keys there), ~20 us on the AVX2 engine (0.06x). 3 splits the
+// 384-key lists of a short DeepSeek-V4 context (128 window + 256 compressed entries) over two
+// workers; 4 would leave one worker idle.
 inline constexpr int64_t kSasMinChunkTiles = 3;
 // Rows per reduce record (at most; fewer records when 72 would not suffice).
 inline constexpr int64_t kSasReduceRows = 16;

@@ -1,9 +1,9 @@
 // openfia: SparseAttnSharedkv(Metadata) argument validation. Every rule of the custom-op docs
-// (REC custom-npu_sparse_attn_sharedkv*.md, SEED 004) in a fixed order, with the relaxations of
-// SPEC.md section 1 (N1, D, block sizes, K2 free); every value that addresses memory (sequence
-// lengths, block ids, sparse indices) is proven in range here, so no later stage can read out of
-// bounds. Order: layouts, q, caches, modes, unsupported arguments, lengths, tables, indices,
-// sinks, scale, metadata.
+// (cann-recipes-infer custom-npu_sparse_attn_sharedkv*.md) in a fixed order, with the relaxations
+// of docs/sparse_attn_sharedkv.md (N1, D, block sizes, K2 free); every value that addresses memory
+// (sequence lengths, block ids, sparse indices) is proven in range here, so no later stage can
+// read out of bounds. Order: layouts, q, caches, modes, unsupported arguments, lengths, tables,
+// indices, sinks, scale, metadata.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -76,8 +76,8 @@ void CheckLayouts(const std::string& layout_q, const std::string& layout_kv) {
 
 void CheckModes(int64_t ori_mask_mode, int64_t cmp_mask_mode, int64_t win_left,
                 int64_t win_right) {
-  // The public docs list only 4; the master metadata check also accepts 0 (whole ori range) and
-  // 3 (causal from token 0), and its ParamsInit defines them (SEMANTICS 3.4).
+  // The public docs list only 4; the operator's newer host code (ops-transformer) also accepts 0
+  // (whole ori range) and 3 (causal from token 0) and defines them (docs/semantics.md 3.2).
   OPENFIA_CHECK_SUPPORTED(ori_mask_mode == 0 || ori_mask_mode == 3 || ori_mask_mode == 4,
                           "ori_mask_mode", "must be 4 (band), 3 (causal) or 0 (none)",
                           ori_mask_mode);
@@ -374,8 +374,9 @@ SasOutputSpec ValidateSas(const SasArgs& a, SasConfig* cfg) {
     OPENFIA_CHECK(idx.data != nullptr, "cmp_sparse_indices", "must not be a null pointer", "null");
     c.cmp_topk = k2;
     // Exactly the entries the computation reads: for a valid row (p >= 0) the first
-    // min(K2, thr) entries up to the first -1 (SEMANTICS 3.3). Entries in [thr, S3) are skipped
-    // (the causal rule); anything else would address memory outside the compressed sequence.
+    // min(K2, thr) entries up to the first -1 (docs/semantics.md 3.3). Entries in [thr, S3) are
+    // skipped (the causal rule); anything else would address memory outside the compressed
+    // sequence.
     const auto* data = static_cast<const int32_t*>(idx.data);
     int64_t row0 = 0;
     for (int64_t b = 0; b < c.batch; ++b) {

@@ -320,7 +320,7 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
       for (int64_t b = 0; b < B; ++b) r[b] = l.size() == 1 ? l[0] : l.at(b);
     return r;
   };
-  // Q_S == 1 (the incremental branch) ignores actual_seq_lengths (SEMANTICS.md 1.1; TND keeps
+  // Q_S == 1 (the incremental branch) ignores actual_seq_lengths (docs/semantics.md 1.1; TND keeps
   // them: they give T): every query row is valid, whatever the case passes to the operator.
   const bool q_lengths_apply = has_act_q && (S != 1 || packed);
   const std::vector<int64_t> aq = broadcast(act_q, q_lengths_apply, S);
@@ -336,8 +336,8 @@ FiaCase::FiaCase(const CaseSpec& spec) : spec_(spec) {
     if (has_qpad && q_lengths_apply) q_begin[b] = S - qpad - aq[b];
     if (has_kvpad && has_act_kv) {
       kv_begin[b] = kv_rows(b) - kvpad - akv[b];
-      // Q_S == 1: a window starting before the tensor makes the batch attend nothing (SEMANTICS
-      // 1.6, "返回数据结果为全0"); Q_S > 1 rejects it.
+      // Q_S == 1: a window starting before the tensor makes the batch attend nothing
+      // (docs/semantics.md 1.6, "返回数据结果为全0"); Q_S > 1 rejects it.
       if (kv_begin[b] < 0 && S == 1 && !packed) kv_begin[b] = 0, gkv[b] = 0;
     }
     // A window that starts before the tensor is an error for the operator (Q_S > 1); the

@@ -1,6 +1,7 @@
-# The graph-mode example of ../shared/spec/seeds/000 (npu_fused_infer_attention_score, "图模式调用":
-# torchair's npu_backend under torch.compile), verbatim but for the line breaks the page lost.
-# Run unchanged on a CPU with `python -m openfia run fia_graph_mode.py` (tests/python/test_api.py).
+# The graph-mode example ("图模式调用": torchair's npu_backend under torch.compile) of the public
+# torch_npu documentation of npu_fused_infer_attention_score, verbatim but for the line breaks the
+# page lost. Run unchanged on a CPU with `python -m openfia run fia_graph_mode.py`
+# (tests/python/test_api.py runs it).
 # 入图方式
 import torch
 import torch_npu

@@ -1,5 +1,5 @@
-# The single-operator example of ../shared/spec/seeds/000 (npu_fused_infer_attention_score,
-# "单算子模式调用"), verbatim but for the line breaks the page lost. Run unchanged on a CPU with
+# The single-operator example ("单算子模式调用") of the public torch_npu documentation of
+# npu_fused_infer_attention_score, verbatim but for the line breaks the page lost. Run unchanged on a CPU with
 # `python -m openfia run fia_single_op.py` (tests/python/test_api.py runs it).
 import torch
 import torch_npu

@@ -4,9 +4,9 @@
 //
 // Same results as the generic loop (attend-inl.h) up to fp32 rounding: the same tiles of kTileKeys
 // keys, band / bit-mask / pse / boundary semantics, online softmax in fp32, P rounded to bf16
-// before P * V (SPEC 2.6), masked cells contribute nothing even next to non-finite values. What
-// differs is how the work is laid out, because on AMX the tile products are cheap and the vector
-// softmax and the L1 footprint are what cost:
+// before P * V (docs/semantics.md 1.2), masked cells contribute nothing even next to non-finite
+// values. What differs is how the work is laid out, because on AMX the tile products are cheap and
+// the vector softmax and the L1 footprint are what cost:
 //   - Every step works on a block of 16 rows; a block skips the key tiles none of its rows can see
 //     (the causal diagonal is paid once per block, not once per item), and only the tiles that are
 //     partly visible to the block go through the masked path.

@@ -13,7 +13,7 @@
 //   S = Q K^T   TDPBF16PS: bf16 x bf16 products are exact in fp32, only the summation order
 //               differs from the FMA path;
 //   online softmax in fp32 exactly as attend-inl.h (same exp, same order of the row reductions);
-//   P = round_bf16(exp(s - m)) (SPEC 2.6), stored as bf16 in place over the scores;
+//   P = round_bf16(exp(s - m)) (docs/semantics.md 1.2), stored as bf16 in place over the scores;
 //   acc += P V  TDPBF16PS on the fp32 row states.
 // AMX-BF16 treats bf16 subnormal inputs as zero and flushes fp32 subnormal results: a P below
 // 2^-126 (its row already holds P = 1 at the maximum) or a subnormal Q/K/V element then

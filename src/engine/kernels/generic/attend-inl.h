@@ -14,8 +14,9 @@
 // then per tile of kTileKeys keys: resolve every key's storage row once, pack K transposed
 // ([d][key], so the score kernel broadcasts one query element against kW keys) and V ([key][d]),
 // converting to f32 in registers; scores = Q * K^T (register-blocked FMA); online softmax in f32;
-// P rounded to the query dtype (SPEC 2.6); acc += P * V (register-blocked FMA). Tiles the band
-// proves empty are skipped; the band / bit mask is evaluated per element only on boundary tiles.
+// P rounded to the query dtype (docs/semantics.md 1.2); acc += P * V (register-blocked FMA). Tiles
+// the band proves empty are skipped; the band / bit mask is evaluated per element only on boundary
+// tiles.
 
 #ifndef OPENFIA_ATTEND_ROWS
 #define OPENFIA_ATTEND_ROWS 4
@@ -76,8 +77,9 @@ inline void LoadRowF32(const Operand& o, const void* base, int64_t off, int64_t 
 
 #include "engine/kernels/generic/kv_rows-inl.h"
 
-// Antiquant of the keys of one tile (SEMANTICS 1.9): (x + offset) * scale in fp32, rounded to the
-// query dtype, exactly as the reference; null Dequant pointers mean the operand is not quantized.
+// Antiquant of the keys of one tile (docs/semantics.md 1.9): (x + offset) * scale in fp32, rounded
+// to the query dtype, exactly as the reference; null Dequant pointers mean the operand is not
+// quantized.
 struct TileDq {
   const Dequant* cache = nullptr;
   const Dequant* prefix = nullptr;
@@ -881,7 +883,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
   const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
   const int64_t vs = PackedVStride(ldv);  // row stride of the packed V tile
   const float scale = static_cast<float>(p.scale);
-  const Elem pe = p.q.elem;  // P is rounded to the query dtype before P * V (SPEC 2.6)
+  const Elem pe = p.q.elem;  // P is rounded to the query dtype before P * V (docs/semantics.md 1.2)
   const ItemOrigins org = OriginsOf(p, b);
   const int64_t pre = org.pre, next = org.next;
 

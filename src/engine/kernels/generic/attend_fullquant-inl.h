@@ -1,5 +1,5 @@
-// openfia internal: int8 full quantization (int8 query, key and value; SEMANTICS 1.8) on the
-// engine. Included by attend-inl.h (inside the per-target namespace, after ResolveKey). The
+// openfia internal: int8 full quantization (int8 query, key and value; docs/semantics.md 1.8) on
+// the engine. Included by attend-inl.h (inside the per-target namespace, after ResolveKey). The
 // driver FqRun takes its products, packing and per-row element operations from an Ops class:
 // FqScalarOps here (every target), FqAvx2Ops in fullquant_avx2-inl.h (the x86 tables).
 //

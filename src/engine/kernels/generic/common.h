@@ -41,8 +41,8 @@ inline ItemOrigins OriginsOf(const Problem& p, int64_t b) {
 }
 
 // vis[qi * ld + n] = whether key jt0 + n is visible from logical query i0 + qi of
-// batch b (band, then bit mask; SEMANTICS 1.5), for qi < nq, n < nk: the element visibility of a
-// boundary tile, shared by the heads of a query.
+// batch b (band, then bit mask; docs/semantics.md 1.3), for qi < nq, n < nk: the element visibility
+// of a boundary tile, shared by the heads of a query.
 inline void TileVisibility(const Problem& p, int64_t b, const ItemOrigins& o, int64_t i0,
                            int64_t nq, int64_t jt0, int64_t nk, uint8_t* vis, int64_t ld) {
   for (int64_t qi = 0; qi < nq; ++qi) {

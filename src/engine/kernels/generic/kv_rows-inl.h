@@ -3,9 +3,9 @@
 // batch's keys, sparse key lists and the second key source of SparseAttnSharedkv), with the
 // antiquant coordinates of its row. Included (no include guard) inside a target's namespace.
 
-// Where logical key j of batch b, KV head hk lives in `kv` (SEMANTICS 1.7 / 1.10). coord gets the
-// dequant coordinates (problem.h Dequant): storage (b, s), or (batch, token position) when the
-// cache's scales are `logical`.
+// Where logical key j of batch b, KV head hk lives in `kv` (docs/semantics.md 1.7 / 1.10). coord
+// gets the dequant coordinates (problem.h Dequant): storage (b, s), or (batch, token position) when
+// the cache's scales are `logical`.
 inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t hk, int64_t j,
                        const void** base, int64_t* off, uint8_t* from_prefix,
                        int64_t* coord = nullptr) {
