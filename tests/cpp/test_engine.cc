@@ -678,7 +678,7 @@ TEST(Engine, DecodeHugeAntiquantValues) {
 TEST(Engine, InfiniteValueMeetsATinyProbability) {
   for (Elem e : {Elem::kBF16, Elem::kF32}) {
     // Not where the AMX table exists for bf16: its tile products (TDPBF16PS) read a subnormal
-    // bf16 P as zero, so such a key gives NaN there (docs/STATUS.md, open items).
+    // bf16 P as zero, so such a key gives NaN there (docs/kernels.md, known differences).
     if (e == Elem::kBF16 && TargetOps("amx") != nullptr) continue;
     for (int64_t kv : {64, 130}) {
       CaseSpec s;
