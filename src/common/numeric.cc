@@ -396,7 +396,7 @@ int64_t ElemBits(Elem e) {
 
 namespace openfia::internal::cvt {
 
-// Tables for simd/scalar_convert.h (built on first use; static initialization is thread-safe).
+// Tables for common/convert.h (built on first use; static initialization is thread-safe).
 template <float (*Decode)(uint8_t)>
 const float* DecodeTable() {
   static const auto table = [] {

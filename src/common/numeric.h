@@ -1,6 +1,7 @@
 // openfia internal: scalar conversions between storage formats and float, with the rounding
-// modes the NPU uses. Exhaustively tested (tests/cpp/test_numeric.cc). Hot loops use the SIMD
-// versions in src/simd; these are the definition they are tested against.
+// modes the NPU uses. Exhaustively tested (tests/cpp/test_numeric.cc). Hot loops use the inline
+// and vector versions (common/convert.h, the kernels' vector traits); these are the definition
+// they are tested against.
 #pragma once
 
 #include <cstdint>

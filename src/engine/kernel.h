@@ -1,7 +1,7 @@
 // openfia internal: the kernel interface, the one boundary between the runner and every
 // attention kernel.
 //
-// The runner (engine/engine.cc) cuts a call into work items, asks the active kernel list once per
+// The runner (engine/runner.cc) cuts a call into work items, asks the active kernel list once per
 // item which kernel runs it (engine/select.cc), gives that kernel its scratch and the item's row
 // states, then merges split items and writes the outputs. A kernel attends the rows of one item
 // to its keys and leaves one online-softmax state per row; it never allocates, never throws and

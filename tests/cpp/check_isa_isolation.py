@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Checks that no function the linker may share between objects carries per-ISA instructions.
 
-The per-ISA files (src/simd/*_avx2.cc, *_avx512.cc, *_amx.cc) compile their kernels for their
-target; every other object is baseline x86-64. An inline function or template instantiation
+The per-ISA files (src/engine/kernels/<isa>/*_avx2.cc, *_avx512*.cc, *_amx.cc) compile their
+kernels for their target; every other object is baseline x86-64. An inline function or template instantiation
 (a weak / COMDAT symbol) emitted by several objects is kept once for the whole program, so if a
 per-ISA object's copy of such a function holds VEX/EVEX/AMX instructions, a baseline caller on a
-CPU without that ISA may run it and die of SIGILL (it happened: `OriginsOf` from simd/simd.h,
-compiled into kernels_avx512.cc with -mavx512f, was the copy the ASan build kept).
+CPU without that ISA may run it and die of SIGILL (an inline helper of a shared header, compiled
+into kernels_avx512.cc with -mavx512f, can be the copy an ASan build keeps).
 
 Usage: check_isa_isolation.py LIBOPENFIA.a   (x86-64 only; elsewhere it reports and passes)
 Exit 0 with a summary line when clean, 1 listing each offending symbol and object.

@@ -562,11 +562,10 @@ TEST(Engine, Avx2Decode) {
   }
 }
 
-// The AVX2 decode kernel's dequantization drops the NaN blend of its bf16 rounding where the
-// antiquant parameters are finite (DecDequant FIN). Non-finite parameters must still give the
-// reference's NaNs and infinities at the same positions, on every target (the AVX-512 decode
-// kernel's staged bf16 rows too: where the CPU has avx512bf16 the proof-it-ran count is that
-// kernel's). Variants:
+// The decode kernels apply finite antiquant parameters to their sums (docs/kernels.md); a tile
+// whose parameters are not all finite runs the reference's element order. Non-finite parameters
+// must give the reference's NaNs and infinities at the same positions, on every target (where the
+// CPU has avx512bf16 the proof-it-ran count is decode_avx512bf16's). Variants:
 // 0: one K token's scale NaN (its batch's scores, then its rows: NaN), one V token's scale NaN;
 // 1: per-channel: one channel's K offset NaN, one channel's V scale inf;
 // 2: one V token's scale inf (infinities, or NaN where x + offset is 0). Not run where the AMX

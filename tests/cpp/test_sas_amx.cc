@@ -1,4 +1,4 @@
-// SparseAttnSharedkv on the AMX bf16 path (simd/amx_sas-inl.h): bf16 with head counts that are
+// SparseAttnSharedkv on the AMX bf16 path (engine/kernels/amx/amx_sas-inl.h): bf16 with head counts that are
 // multiples of 16 and head dims that are multiples of 32, so that the engine's items take it where
 // the CPU has AMX (elsewhere the same checks run on the AVX-512 / scalar kernels). CFA and SWA
 // units then hold items of several query tokens (the union of their key lists, per-row masks):

@@ -73,8 +73,8 @@ float RoundToOddF32(double d) {
 }
 
 // A row of D elements (element stride `st`) of a view as doubles; the dtype is switched on once
-// per row and the conversions are simd/scalar_convert.h's inline ones (a per-element LoadDouble
-// call was ~12 ns / element).
+// per row and the conversions are common/convert.h's inline ones (a per-element LoadDouble call
+// costs ~12 ns / element).
 void LoadRow(const TensorView& t, const char* p, int64_t st, int64_t D, double* out) {
   const auto* h = reinterpret_cast<const uint16_t*>(p);
   switch (t.dtype) {

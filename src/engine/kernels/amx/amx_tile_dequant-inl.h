@@ -337,7 +337,7 @@ void AmxAttendTileDq(const Problem& p, const WorkItem& w, TileScratch& sc,
       ResolveTileDqRows(p, w, fields, std::max(ts, w.j0), nk, r);
       // One real load per row, back to back: it walks the page tables now, with the loads of
       // the other rows in flight. Random rows of a large cache each sit on their own 4 KiB page;
-      // measured cold, a software prefetch alone did not hide the walk (~280 ns per row).
+      // cold, a software prefetch alone does not hide the walk (~280 ns per row).
       uint32_t touch = 0;
       for (int64_t n = 0; n < nk; ++n)
         touch += *reinterpret_cast<const volatile uint8_t*>(r->nope[n]);

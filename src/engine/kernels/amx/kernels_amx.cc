@@ -298,8 +298,8 @@ inline void Softmax16(float* s, int64_t lds, int64_t npad, float scale, float* m
 // stays in L1 while every row block passes over it; the partial scores go through s (row stride
 // lds floats). A K tile of D = 576 channels (74 KiB) does not fit L1, and tile loads from L2 run
 // far below the TMUL rate. Per score the channel chunks are summed in ascending order into one
-// accumulator. (A 2x2-blocked version over all channels, one tile load per product but K from
-// L2, measured 27% slower on P3 and 9% slower on S1, single thread, separate processes.)
+// accumulator. (Blocking 2x2 over all channels, one tile load per product but K from L2, is
+// slower on both dense prefill and sparse shapes.)
 constexpr int64_t kScoreGroup = 192;
 // The first NT (1-3) of the 4 score tiles of ScoreChunk: keys past 16 * NT are padding.
 template <int NT>

@@ -14,7 +14,7 @@ inline bool DotKvOk(const KvOperand& kv) {
   return DotOperandOk(kv.cache, kv.dequant) && DotOperandOk(kv.prefix, kv.prefix_dequant);
 }
 inline bool DotItemOperandsOk(const Problem& p) {
-  if (!Bf16DotTiles()) return false;  // the CPU's FMA is the faster product (simd.h)
+  if (!Bf16DotTiles()) return false;  // the CPU's FMA is the faster product (kernel.h)
   if (p.q.elem != Elem::kBF16 || (p.d_rope > 0 && p.q_rope.elem != Elem::kBF16)) return false;
   if (!DotKvOk(p.k) || !DotKvOk(p.v)) return false;
   if (p.d_rope > 0 && !DotKvOk(p.k_rope)) return false;

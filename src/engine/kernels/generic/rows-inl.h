@@ -1,4 +1,4 @@
-// openfia internal: the epilogue's row helpers on a target's vectors (KernelTable::scale_row and
+// openfia internal: the epilogue's row helpers on a target's vectors (VectorOps::scale_row and
 // ::axpy). Included inside a target's namespace after its V (V::Div, V::StoreBF16, V::StoreF16).
 //
 // The same IEEE operations per element as the engine's scalar loops (a product, then a

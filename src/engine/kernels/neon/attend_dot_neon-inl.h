@@ -9,8 +9,8 @@
 // subnormal results and rounds its fp32 sums to odd: the exclusions of attend_dot-inl.h (no
 // subnormal / non-finite query element, no non-finite value in a dot tile's V, ExpP's P never
 // subnormal) cover the first two, and a sum rounded to odd errs by at most one fp32 ulp (the
-// fp32-accumulation tolerance the tests allow). Not measured on hardware (this project's
-// machines are x86; the code is tested under user-mode QEMU, whose "max" CPU has FEAT_BF16).
+// fp32-accumulation tolerance the tests allow). Tested under user-mode QEMU (whose "max" CPU has
+// FEAT_BF16); not measured on hardware.
 
 // Whether the query rows are free of subnormal and non-finite values (DotItemOk).
 inline bool QueryDotSafe(const float* q, int64_t rows, int64_t ldq, int64_t D) {
