@@ -8,7 +8,7 @@ float tensors with torch.
 - packed int4 (pack_int4 / unpack_int4): eight signed 4-bit values per int32 word, as
   npu_fused_infer_attention_score takes an int4 KV cache.
 
-openfia.kvqsfa re-exports the HiFloat8 and KV-row helpers under the names it has always had.
+openfia.kvqsfa re-exports the HiFloat8 and KV-row helpers under the same names.
 """
 from __future__ import annotations
 
