@@ -130,7 +130,7 @@ TEST(ScalarConvert, HalfRoundTripsAndRounding) {
   EXPECT_EQ(cvt::Load(i4, Elem::kI4, 3), 7.f);
 }
 
-// The epilogue's vector rows (KernelTable::scale_row / axpy) write bitwise what the engine's
+// The epilogue's vector rows (VectorOps::scale_row / axpy) write bitwise what the engine's
 // scalar loops write: acc * factor / denom rounded by cvt::Store, dst += ws * src, for every
 // length (the vector body and the tail) and for the values rounding meets: ties, overflow to
 // inf, subnormal results, NaNs with payloads, signed zeros.
@@ -245,7 +245,7 @@ TEST(SimdTarget, Bf16DotTilesFollowTheVendorAndTheCap) {
   EXPECT_EQ(Bf16DotTiles(), __builtin_cpu_is("amd") != 0);
   SetSimdCap("");
 #elif defined(__aarch64__)
-  EXPECT_TRUE(Bf16DotTiles());  // BFDOT wherever the neonbf16 table runs (dispatch.cc)
+  EXPECT_TRUE(Bf16DotTiles());  // BFDOT wherever the neonbf16 target runs (engine/select.cc)
 #else
   EXPECT_FALSE(Bf16DotTiles());
 #endif
