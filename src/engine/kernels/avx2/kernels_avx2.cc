@@ -41,21 +41,6 @@ struct V : Avx2Vec {};
 #include "engine/kernels/avx2/fullquant_avx2-inl.h"
 #include "engine/kernels/generic/rows-inl.h"
 
-const char* TileSupports(const Problem& p, const WorkItem* w) {
-  if (const char* why = TileLoopSupports(p)) return why;
-  return w != nullptr ? OneTokenPerSparseItem(p, *w) : nullptr;
-}
-void TileRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
-  AttendImpl(p, w, TileOf(scratch), out);
-}
-
-const char* DecodeSupports(const Problem& p, const WorkItem* w) {
-  return w == nullptr ? DecodeProblemWhy(p) : DecodeItemWhy(p, *w);
-}
-void DecodeRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
-  DecodeRunItem(p, w, scratch, out);
-}
-
 const char* FullQuantKernelSupports(const Problem& p, const WorkItem*) {
   return FullQuantSupports(p);
 }
@@ -67,7 +52,7 @@ void FullQuantKernelRun(const Problem& p, const WorkItem& w, void* scratch,
 const Kernel kTile = {"tile_avx2", Isa::kAvx2, &TileSupports, &TileScratchSize,
                       &PrepareTileScratch, &TileRun};
 const Kernel kDecode = {"decode_avx2", Isa::kAvx2, &DecodeSupports, &DecodeScratchSize,
-                        nullptr, &DecodeRun};
+                        nullptr, &DecodeRunItem};
 const Kernel kFullQuant = {"fullquant_avx2", Isa::kAvx2, &FullQuantKernelSupports,
                            &TileScratchSize, &PrepareTileScratch, &FullQuantKernelRun};
 const VectorOps kOps = {"avx2", &ExpArray, &ExpPArray, &ScaleRow, &Axpy};

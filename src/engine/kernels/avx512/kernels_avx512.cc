@@ -40,25 +40,10 @@ struct V : Avx512Vec {};
 #include "engine/kernels/generic/decode-inl.h"
 #include "engine/kernels/generic/rows-inl.h"
 
-const char* TileSupports(const Problem& p, const WorkItem* w) {
-  if (const char* why = TileLoopSupports(p)) return why;
-  return w != nullptr ? OneTokenPerSparseItem(p, *w) : nullptr;
-}
-void TileRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
-  AttendImpl(p, w, TileOf(scratch), out);
-}
-
-const char* DecodeSupports(const Problem& p, const WorkItem* w) {
-  return w == nullptr ? DecodeProblemWhy(p) : DecodeItemWhy(p, *w);
-}
-void DecodeRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
-  DecodeRunItem(p, w, scratch, out);
-}
-
 const Kernel kTile = {"tile_avx512", Isa::kAvx512, &TileSupports, &TileScratchSize,
                       &PrepareTileScratch, &TileRun};
 const Kernel kDecode = {"decode_avx512", Isa::kAvx512, &DecodeSupports, &DecodeScratchSize,
-                        nullptr, &DecodeRun};
+                        nullptr, &DecodeRunItem};
 const VectorOps kOps = {"avx512", &ExpArray, &ExpPArray, &ScaleRow, &Axpy};
 
 }  // namespace openfia::internal::avx512_target

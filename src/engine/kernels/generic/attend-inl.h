@@ -1106,6 +1106,15 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
   }
 }
 
+// Every target's tile_<isa> kernel: its supports and run entries.
+inline const char* TileSupports(const Problem& p, const WorkItem* w) {
+  if (const char* why = TileLoopSupports(p)) return why;
+  return w != nullptr ? OneTokenPerSparseItem(p, *w) : nullptr;
+}
+inline void TileRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
+  AttendImpl(p, w, TileOf(scratch), out);
+}
+
 // y[i] = f(x[i]) over whole vectors, the tail one element at a time (the tables' exp / exp_p
 // entries, for tests).
 template <class F>

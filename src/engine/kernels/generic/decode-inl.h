@@ -932,3 +932,8 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
     }
   }
 }
+
+// The decode kernel's supports entry: the problem-level rules, then the item's.
+inline const char* DecodeSupports(const Problem& p, const WorkItem* w) {
+  return w == nullptr ? DecodeProblemWhy(p) : DecodeItemWhy(p, *w);
+}

@@ -35,14 +35,6 @@ struct V : NeonVec {};
 #undef OPENFIA_ATTEND_COLS
 #include "engine/kernels/generic/rows-inl.h"
 
-const char* TileSupports(const Problem& p, const WorkItem* w) {
-  if (const char* why = TileLoopSupports(p)) return why;
-  return w != nullptr ? OneTokenPerSparseItem(p, *w) : nullptr;
-}
-void TileRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
-  AttendImpl(p, w, TileOf(scratch), out);
-}
-
 const Kernel kTile = {"tile_neon", Isa::kNeon, &TileSupports, &TileScratchSize,
                       &PrepareTileScratch, &TileRun};
 const VectorOps kOps = {"neon", &ExpArray, &ExpPArray, &ScaleRow, &Axpy};
