@@ -153,7 +153,10 @@ def test_prefix_equals_concatenated_kv():
 
 
 def test_int4_unpacks_like_int8():
-    """int4 KV (packed int32) equals the same values given as int8 KV."""
+    """int4 KV (packed int32) holds the same values as the int8 KV it was packed from: the
+    reference reads them bitwise alike; the engine's decode kernels may stage int4 and int8
+    differently (int4 with a bias that comes out of the sums, so its fp32 sums round
+    differently), so both agree with the float64 oracle of the int8 call within its bound."""
     B, N, KVS, D = 1, 2, 9, 64
     q = _rand(B, N, 1, D, seed=21)
     g = torch.Generator().manual_seed(22)
@@ -161,9 +164,19 @@ def test_int4_unpacks_like_int8():
     v8 = torch.randint(-8, 8, (B, N, KVS, D), generator=g, dtype=torch.int8)
     s = torch.full((1, N, 1, D), 0.125, dtype=torch.bfloat16)
     kw = dict(num_heads=N, input_layout="BNSD", key_antiquant_scale=s, value_antiquant_scale=s)
-    o8, _ = fia(q, k8, v8, **kw)
-    o4, _ = fia(q, pack_int4(k8), pack_int4(v8), **kw)
-    assert torch.equal(o8, o4)
+    ref, _, bound, _, _ = torch_ref.reference(q, k8, v8, **kw)
+    for impl in ("ref", "engine"):
+        prev = openfia.get_impl()
+        openfia.set_impl(impl)
+        try:
+            o8, _ = fia(q, k8, v8, **kw)
+            o4, _ = fia(q, pack_int4(k8), pack_int4(v8), **kw)
+        finally:
+            openfia.set_impl(prev)
+        if impl == "ref":
+            assert torch.equal(o8, o4)
+        assert_within(o8, ref, bound, f"{impl} int8")
+        assert_within(o4, ref, bound, f"{impl} int4")
 
 
 def test_threads_do_not_change_results():
