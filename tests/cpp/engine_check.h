@@ -61,7 +61,7 @@ inline void Compare(Case& c, const std::vector<uint8_t>& ref_out, const std::vec
   const double u_q = p.q.elem == Elem::kF32 ? u32 : Eps(p.q.elem) / 2;
   const bool kq = p.k.dequant.kind != Dequant::Kind::kNone;
   const bool vq = p.v.dequant.kind != Dequant::Kind::kNone;
-  const double ds = D * u32 * D * s.amp * s.amp * s.scale + (kq ? D * s.amp * s.amp * s.scale * u_q : 0);
+  const double ds = D * u32 * D * s.amp * s.amp * std::fabs(s.scale) + (kq ? D * s.amp * s.amp * std::fabs(s.scale) * u_q : 0);
   const double vmax = c.max_abs_v();
   const double eps_p = p.q.elem == Elem::kF32 ? u32 : Eps(p.q.elem);
   const double atol_x = vmax * (eps_p + (vq ? u_q : 0) + 2.5 * ds + 2 * (kvmax + 16) * u32);

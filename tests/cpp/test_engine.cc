@@ -792,6 +792,32 @@ TEST(Engine, SubnormalQueryMeetsInfiniteKey) {
   }
 }
 
+// A scale of 0 makes every visible score 0 (the output is the mean of the visible V rows) and a
+// negative one reverses the order; the padding of a partial tile and masked cells must stay out
+// of the softmax (-inf x 0 is NaN, -inf x -s is +inf). Decode items (1-16 rows per KV head) and
+// prefill items with a band, key counts that end inside a tile; every kernel against the fp64
+// reference (RunCase).
+TEST(Engine, ZeroAndNegativeScale) {
+  for (double scale : {0.0, -0.3}) {
+    for (int64_t nq : {1, 5}) {
+      CaseSpec s;
+      s.scale = scale;
+      s.h_q = 8;
+      s.h_kv = 2;
+      s.d_qk = s.d_v = 64;
+      s.batch = 2;
+      s.q_len = {nq, nq};
+      s.kv_len = {40, 150};
+      if (nq > 1) {
+        s.causal_br = true;  // a causal band: masked cells inside the tiles
+        s.mask = true;
+      }
+      SCOPED_TRACE("scale " + std::to_string(scale) + ", q_len " + std::to_string(nq));
+      RunCase(s);
+    }
+  }
+}
+
 TEST(Engine, LargeScoresStayFinite) {
   CaseSpec s;
   s.amp = 6.f;  // scores up to ~ 6*6*32*0.25: exp needs the running-max rescale

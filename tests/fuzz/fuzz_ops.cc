@@ -816,9 +816,12 @@ TEST(Fuzz, RandomValidAndInvalidCalls) {
               static_cast<long long>(n.valid), static_cast<long long>(n.changed_accepted),
               static_cast<long long>(n.rejected), static_cast<long long>(n.generated_rejected),
               static_cast<long long>(n.skipped));
-  // Both sides are exercised: valid calls run, changed calls are mostly refused.
-  EXPECT_GT(n.valid, n.calls / 8);
-  EXPECT_GT(n.rejected, n.calls / 8);
+  // Both sides are exercised: valid calls run, changed calls are mostly refused (a run of a few
+  // calls, such as the replay of one seed, is too short to say).
+  if (n.calls >= 64) {
+    EXPECT_GT(n.valid, n.calls / 8);
+    EXPECT_GT(n.rejected, n.calls / 8);
+  }
 }
 
 }  // namespace

@@ -290,6 +290,10 @@ struct DecItem {
   const WorkItem* w;
   DecSide ks, vs;
   int64_t R, nh, D, Dv, ldv;
+  // A scale <= 0 multiplies the scores as they are computed (prescale), so that the padding's
+  // -inf stays -inf (-inf x 0 is NaN, -inf x -s is +inf); the softmax then takes them as they are.
+  bool prescale = false;
+  float raw_scale = 1.f;
   float scale;
   Elem qe;
   bool dot_qk = false, dot_pv = false;
@@ -541,6 +545,7 @@ inline void DecodeExactTile(const DecItem& it, const DecTileRows& t, int64_t x, 
       float acc = 0.f;
       if (n < t.nk)
         for (int64_t d = 0; d < it.D; ++d) acc += q[d] * kelem(n, d);
+      if (it.prescale) acc *= it.raw_scale;
       S[r * kTileKeys + n] = n < t.nk ? acc : -std::numeric_limits<float>::infinity();
     }
   }
@@ -655,6 +660,11 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   it.Dv = p.d_v;
   it.ldv = (p.d_v + 15) / 16 * 16;
   it.scale = static_cast<float>(p.scale);
+  if (!(it.scale > 0.f)) {
+    it.prescale = true;
+    it.raw_scale = it.scale;
+    it.scale = 1.f;
+  }
   it.qe = p.q.elem;
 #if defined(OPENFIA_DECODE_DOT)
   it.dot_qk = it.qe == Elem::kBF16 && Bf16DotTiles();
@@ -828,8 +838,11 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
           for (int64_t n = 0; n < npad; n += V::kW) V::Store(sr + n, V::Add(V::Load(sr + n), c));
         }
       }
-      for (int64_t r = 0; r < R; ++r)
+      for (int64_t r = 0; r < R; ++r) {
+        if (it.prescale)
+          for (int64_t n = 0; n < nk; ++n) S[r * TNk + n] *= it.raw_scale;
         for (int64_t n = nk; n < npad; ++n) S[r * TNk + n] = kNegInf;
+      }
 
       // P, and the rows' m, l, accumulators and extra sums.
       SoftmaxStep st;
