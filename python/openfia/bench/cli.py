@@ -10,9 +10,12 @@ DeepSeek MLA attention; the `model` lines of openfia/bench/model_cases.txt), S1-
 (npu_kv_quant_sparse_flash_attention, DeepSeek-V3.2) and V1-V3 (npu_sparse_attn_sharedkv,
 DeepSeek-V4). Each is checked for correctness first, then timed in rounds of one openfia call,
 one call of the same computation composed in PyTorch, and one of PyTorch's best case, repeated
-until the ratios are stable. Writes OUT/results.md (the report: a headline table, details and
-how each number is measured), results.json (every round's time) and roofline.png. The machine's
-limits come from the C++ benchmark binary (openfia-bench) when it is found.
+until the ratios are stable. Where ggml-python is installed (`pip install ggml-python`; never
+required), ggml's CPU flash attention is timed beside them on the decode workloads one
+ggml_flash_attn_ext node expresses (columns "ggml ms" and "ggml / openfia"). Writes
+OUT/results.md (the report: a headline table, details and how each number is measured),
+results.json (every round's time) and roofline.png. The machine's limits come from the C++
+benchmark binary (openfia-bench) when it is found.
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ import json
 import sys
 from pathlib import Path
 
-from . import case_list, fia_workloads, machine, report, runner, sparse_workloads, timing
+from . import (case_list, fia_workloads, machine, peers_ggml, report, runner, sparse_workloads,
+               timing)
 
 # How long each preset may repeat a workload (timing.Policy).
 POLICIES = {"demo": dict(max_rounds=25, budget_s=20.0), "full": dict(max_rounds=40, budget_s=60.0)}
@@ -81,8 +85,9 @@ def main(argv=None, prog="python -m openfia.bench"):
     openfia.set_num_threads(threads)
 
     binary = machine.find_bench_binary(args.bench_bin)
+    ggml = peers_ggml.Peer(threads)
     print(f"openfia {openfia.version()} (SIMD {openfia.simd_target()}), torch {torch.__version__}, "
-          f"{threads} threads, preset {args.preset}", file=sys.stderr)
+          f"{threads} threads, preset {args.preset}; {ggml.why}", file=sys.stderr)
     note = report.cpp_note(args.out)
     if report.DEBUG_WARNING in note:  # right after the C++ part printed it
         print("Note: " + note[note.index("Its `***WARNING***"):], file=sys.stderr)
@@ -133,7 +138,7 @@ def main(argv=None, prog="python -m openfia.bench"):
             continue
         try:
             results.append(bracketed(lambda: runner.run_fia(openfia, torch, w, policy, flush,
-                                                            progress)))
+                                                            progress, ggml)))
         except openfia.OpenfiaError as e:
             results.append({"workload": c.name, "label": w.label(), "shape": w.describe(),
                             "error": str(e)})
@@ -154,15 +159,16 @@ def main(argv=None, prog="python -m openfia.bench"):
     plot_problem = report.roofline_png(results, lim, threads, out / "roofline.png", args.preset)
     md = report.document(results, lim, threads, policy, dict(
         command=command, preset=args.preset, warm=args.warm, openfia=openfia.version(),
-        simd=openfia.simd_target(), torch=torch.__version__), cpp_only, note, plot_problem is None)
+        simd=openfia.simd_target(), torch=torch.__version__), cpp_only, note, plot_problem is None,
+        ggml.status())
     (out / "results.md").write_text(md)
     (out / "results.json").write_text(json.dumps({
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "openfia": openfia.version(), "simd": openfia.simd_target(), "torch": torch.__version__,
         "limits": lim, "threads": threads, "preset": args.preset, "warm": args.warm,
-        "policy": vars(policy), "results": results}, indent=1))
+        "policy": vars(policy), "ggml": ggml.status(), "results": results}, indent=1))
     print()
-    print(report.console_summary(results, lim, threads, policy, cpp_only))
+    print(report.console_summary(results, lim, threads, policy, cpp_only, ggml.status()))
     print(f"\nwrote {out / 'results.md'} (the report, with how each number is measured), "
           f"{out / 'results.json'}" + (f", {out / 'roofline.png'}" if plot_problem is None
                                        else f" ({plot_problem})"))

@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 from .machine import adjacent_limit, bf16_limit, bf16_limit_name, bw_limit
+from .peers_ggml import note as ggml_note
 
 PEERS = {"openfia": "openfia", "torch": "PyTorch", "torch_best": "PyTorch best case"}
 
@@ -60,39 +61,66 @@ def _problem(r):
     return None
 
 
-def headline_table(results, target):
+def _has_ggml(ggml):
+    """Whether the report has the ggml columns (peers_ggml.Peer.status(): `import ggml` worked)."""
+    return bool(ggml and ggml["available"])
+
+
+def _ggml_cells(r, target):
+    """The 'ggml ms' and 'ggml / openfia' cells: "-" where ggml does not express the workload."""
+    if "t_ggml" in r:
+        return f" {fmt_times(r, 'ggml')} | {fmt_ratio(r, 'ggml', target)} |"
+    return f" {'failed (see the details)' if 'ggml_error' in r else '-'} | - |"
+
+
+def headline_table(results, target, ggml=None):
+    """ggml: peers_ggml.Peer.status(); with ggml available, its two columns are added."""
+    cols = _has_ggml(ggml)
     head = ("| workload | what it is | openfia ms | PyTorch ms | PyTorch / openfia | "
-            "PyTorch best case ms | best case / openfia | rounds |")
-    lines = [head, "|" + "|".join(["---"] * 8) + "|"]
+            "PyTorch best case ms | best case / openfia | rounds |"
+            + (" ggml ms | ggml / openfia |" if cols else ""))
+    lines = [head, "|" + "|".join(["---"] * (10 if cols else 8)) + "|"]
     for r in results:
         name = r["workload"]
         problem = _problem(r)
         if problem:
-            lines.append(f"| {name} | {r.get('label', '')} | {problem} |" + " |" * 5)
+            lines.append(f"| {name} | {r.get('label', '')} | {problem} |" + " |" * 5
+                         + (" - | - |" if cols else ""))
             continue
         same = " (same call)" if r["best_is_torch"] else ""
         lines.append(
             f"| {name} | {r['label']} | {fmt_times(r, 'openfia')} | {fmt_times(r, 'torch')} | "
             f"{fmt_ratio(r, 'torch', target)} | {fmt_times(r, 'torch_best')}{same} | "
             f"{fmt_ratio(r, 'torch_best', target)} | {r['rounds']}"
-            f"{'' if r['stable'] else ' (not stable)'} |")
+            f"{'' if r['stable'] else ' (not stable)'} |"
+            + (_ggml_cells(r, target) if cols else ""))
     return "\n".join(lines)
 
 
-def details_table(results, lim, threads):
+def _ggml_error_cell(r):
+    if "err_ggml" in r:
+        return f" {r['err_ggml']:.2e} ({r['ggml_format']}) |"
+    return f" {r['ggml_error']} |" if "ggml_error" in r else " - |"
+
+
+def details_table(results, lim, threads, ggml=None):
+    cols = _has_ggml(ggml)
     head = ("| workload | shape | openfia ran on | GFLOP/s | KV GB/s | share of this machine's "
-            "limit | max error openfia (bound) | max error PyTorch |")
-    lines = [head, "|" + "|".join(["---"] * 8) + "|"]
+            "limit | max error openfia (bound) | max error PyTorch |"
+            + (" max error ggml (its format) |" if cols else ""))
+    lines = [head, "|" + "|".join(["---"] * (9 if cols else 8)) + "|"]
     for r in results:
+        extra = _ggml_error_cell(r) if cols else ""
         if "error" in r:
-            lines.append(f"| {r['workload']} | {r.get('shape', '')} | not run |" + " |" * 5)
+            lines.append(f"| {r['workload']} | {r.get('shape', '')} | not run |" + " |" * 5
+                         + extra)
             continue
         # The sparse rows are checked element by element: how close the worst came to its bound.
         err = (f"{r['err_openfia']:.2e} ({r['err_to_tol']:.2f} of its bound)" if "err_to_tol" in r
                else f"{r['err_openfia']:.2e} ({r['tol']:.1e})")
         if not r["correct"]:
             lines.append(f"| {r['workload']} | {r['shape']} | {r['impl']} | — | — | — | "
-                         f"WRONG: {err} | {r['err_torch']:.2e} |")
+                         f"WRONG: {err} | {r['err_torch']:.2e} |{extra}")
             continue
         t = r["t_openfia"]
         pct, what = percent_of_limit(r, lim, threads)
@@ -103,7 +131,7 @@ def details_table(results, lim, threads):
             share += f" ({adj:.0f}% measured next to it)"
         lines.append(
             f"| {r['workload']} | {r['shape']} | {r['impl']} | {r['flops'] / t / 1e9:.1f} | "
-            f"{r['kv_bytes'] / t / 1e9:.2f} | {share} | {err} | {r['err_torch']:.2e} |")
+            f"{r['kv_bytes'] / t / 1e9:.2f} | {share} | {err} | {r['err_torch']:.2e} |{extra}")
     return "\n".join(lines)
 
 
@@ -179,8 +207,11 @@ def method_text(policy, warm):
     ])
 
 
-def _notes(results, cpp_only):
+def _notes(results, cpp_only, ggml=None):
     notes = [r["note"] for r in results if r.get("note")]
+    line = ggml_note(results, ggml)
+    if line:
+        notes.append(line)
     if cpp_only:
         notes.append(f"{', '.join(cpp_only)} (int8 full quantization): timed by the C++ "
                      "benchmark only (openfia-bench.txt): no PyTorch composition computes it.")
@@ -193,10 +224,12 @@ def _notes(results, cpp_only):
 
 def _legend(results, policy):
     wide = [r["workload"] for r in results if "ratio_torch" in r and any(
-        ratio_is_wide(r[f"ratio_{p}"], policy.target) for p in ("torch", "torch_best"))]
+        ratio_is_wide(r[f"ratio_{p}"], policy.target) for p in ("torch", "torch_best", "ggml")
+        if f"ratio_{p}" in r)]
     text = ("Times: milliseconds, min / median of the rounds. Ratios: how many times longer "
-            "PyTorch takes (above 1: openfia is faster), the median of the rounds with its ~95% "
-            "interval in brackets.")
+            f"PyTorch{' (or ggml)' if any('ratio_ggml' in r for r in results) else ''} takes "
+            "(above 1: openfia is faster), the median of the rounds with its ~95% interval in "
+            "brackets.")
     if wide:
         text += (f" \"?\": the interval is wider than +-{100 * policy.target:.0f}%, too wide to "
                  f"trust the ratio ({', '.join(wide)}): the machine was busy; rerun those alone.")
@@ -211,30 +244,32 @@ def preset_text(preset):
     return "Full sizes: the workloads as written."
 
 
-def document(results, lim, threads, policy, run, cpp_only, cpp_text, with_plot):
-    """The report (markdown). run: command, preset, warm, openfia, simd, torch."""
+def document(results, lim, threads, policy, run, cpp_only, cpp_text, with_plot, ggml=None):
+    """The report (markdown). run: command, preset, warm, openfia, simd, torch. ggml:
+    peers_ggml.Peer.status() (None: no ggml column and no line about it)."""
     import datetime
 
     cpu = lim["cpu"] if lim else "CPU not measured"
-    notes = "".join(f"- {n}\n" for n in _notes(results, cpp_only))
+    notes = "".join(f"- {n}\n" for n in _notes(results, cpp_only, ggml))
     return (
         f"# openfia against PyTorch\n\n"
         f"{datetime.date.today().isoformat()}, {cpu}, {threads} threads; openfia {run['openfia']} "
         f"(SIMD target {run['simd']}), PyTorch {run['torch']}.\n"
         f"Command: `{run['command']}`\n\n{preset_text(run['preset'])}\n\n"
-        f"## Results\n\n{headline_table(results, policy.target)}\n\n{_legend(results, policy)}"
-        f"\n\n{notes}"
-        f"\n## Details\n\n{limits_text(lim, threads)}\n\n{details_table(results, lim, threads)}"
+        f"## Results\n\n{headline_table(results, policy.target, ggml)}\n\n"
+        f"{_legend(results, policy)}\n\n{notes}"
+        f"\n## Details\n\n{limits_text(lim, threads)}\n\n"
+        f"{details_table(results, lim, threads, ggml)}"
         f"\n\n## How the numbers are measured\n\n{method_text(policy, run['warm'])}\n"
         + (_bullets([cpp_text]) + "\n" if cpp_text else "")
         + ("\n![roofline: achieved GFLOP/s against arithmetic intensity](roofline.png)\n"
            if with_plot else ""))
 
 
-def console_summary(results, lim, threads, policy, cpp_only):
-    lines = [limits_text(lim, threads), "", headline_table(results, policy.target), "",
+def console_summary(results, lim, threads, policy, cpp_only, ggml=None):
+    lines = [limits_text(lim, threads), "", headline_table(results, policy.target, ggml), "",
              _legend(results, policy)]
-    lines += [f"- {n}" for n in _notes(results, cpp_only)]
+    lines += [f"- {n}" for n in _notes(results, cpp_only, ggml)]
     return "\n".join(lines)
 
 

@@ -11,7 +11,9 @@ from .timing import probe_impl, repeat_until_stable
 BF16_U = 2.0 ** -8  # unit roundoff of bfloat16
 
 
-def run_fia(openfia, torch, w, policy, flush, progress):
+def run_fia(openfia, torch, w, policy, flush, progress, ggml=None):
+    """ggml: a peers_ggml.Peer, whose flash attention is timed as a further peer where it
+    expresses the workload."""
     import torch.nn.functional as F
 
     res = {"workload": w.name, "label": w.label(), "shape": w.describe(), "decode": w.decode,
@@ -67,8 +69,25 @@ def run_fia(openfia, torch, w, policy, flush, progress):
     # For contiguous bf16 prefill the best case is the same SDPA call: not timed twice.
     if w.paged_or_quant or w.decode:
         peers.append(("torch_best", call_best))
-    return add_timing(res, repeat_until_stable(peers, policy, flush, w.decode, progress, w.name),
-                      progress)
+    g = None
+    try:
+        g = ggml.build(w) if ggml is not None else None
+    except Exception as e:  # noqa: BLE001 - an optional peer that fails is reported, not fatal
+        res["ggml_error"] = f"{type(e).__name__}: {e}"
+    try:
+        if g is not None:
+            # ggml's error is shown, never a reason not to time it: its q8_0 / q4_0 formats
+            # round differently from the workload's int8 / int4 scales.
+            progress.update(w.name, f"checking ggml ({g.format})")
+            g()  # and one more untimed call: openfia had two (probe_impl and its check)
+            g()
+            res["ggml_format"], res["err_ggml"] = g.format, err(g.output())
+            peers.append(("ggml", g, g.wake))
+        return add_timing(res, repeat_until_stable(peers, policy, flush, w.decode, progress,
+                                                   w.name), progress)
+    finally:
+        if g is not None:
+            g.close()
 
 
 def add_timing(res, rounds, progress):
@@ -80,7 +99,8 @@ def add_timing(res, rounds, progress):
     res["rounds"] = len(rounds.times["openfia"])
     res["stable"] = rounds.stable
     res["seconds"] = rounds.seconds
-    for peer in ("openfia", "torch", "torch_best"):
+    for peer in ("openfia", "torch", "torch_best") + (("ggml",) if "ggml" in rounds.times
+                                                      else ()):
         src = peer if peer in rounds.times else "torch"
         res[f"t_{peer}"] = min(rounds.times[src])
         res[f"med_{peer}"] = median(rounds.times[src])

@@ -13,8 +13,9 @@ SETTLE_S = 0.02
 _TINY = {}
 
 
-def settle(side=None):
-    """Prepares the threads for one timed call of `side` ("openfia" or a PyTorch peer).
+def settle(side=None, wake=None):
+    """Prepares the threads for one timed call of `side` ("openfia", a PyTorch peer, or a peer
+    with its own `wake`: a tiny call of that peer's runtime, such as ggml's thread pool).
 
     First a 20 ms pause, so that no runtime's worker threads are still spinning: PyTorch's OpenMP
     workers spin for a while after each parallel region (the cache flush is one, and so is a
@@ -25,6 +26,9 @@ def settle(side=None):
     a 20 ms pause alone: ~4.1 ms). The tiny calls read none of the workload's data, so a flushed
     cache stays cold. Both sides get exactly the same treatment."""
     time.sleep(SETTLE_S)
+    if wake is not None:
+        wake()
+        return
     if side is None:
         return
     import torch
@@ -93,25 +97,25 @@ class Policy:
 
 
 def repeat_until_stable(peers, policy, flush, cold, progress, name):
-    """Times rounds of one call of each (peer name, callable), in order, each prepared by settle()
-    (and a cache flush first when `cold`), until the ratios are stable or the policy gives up.
-    The first peer is the base of the ratios."""
+    """Times rounds of one call of each (peer name, callable[, wake]), in order, each prepared by
+    settle() (and a cache flush first when `cold`), until the ratios are stable or the policy
+    gives up. The first peer is the base of the ratios."""
     base = peers[0][0]
-    times = {n: [] for n, _ in peers}
+    times = {p[0]: [] for p in peers}
     t0 = time.perf_counter()
     stable = False
     for r in range(policy.max_rounds):
-        for n, fn in peers:
+        for n, fn, *wake in peers:
             if flush is not None and cold:
                 flush()
-            settle(n)
+            settle(n, *wake)
             t = time.perf_counter()
             fn()
             times[n].append(time.perf_counter() - t)
         if r + 1 < policy.min_rounds:
             progress.update(name, f"round {r + 1}")
             continue
-        widths = [paired_ratio(times[n], times[base]).rel_halfwidth for n, _ in peers[1:]]
+        widths = [paired_ratio(times[p[0]], times[base]).rel_halfwidth for p in peers[1:]]
         worst = max(widths, default=0.0)
         progress.update(name, f"round {r + 1}, ratios within +-{100 * worst:.0f}%")
         if worst <= policy.target:
