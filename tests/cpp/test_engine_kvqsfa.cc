@@ -262,6 +262,45 @@ TEST(EngineKvqsfa, SingleKeyOutputIsTheDequantizedRowExactly) {
     }
 }
 
+// Row 0 attends token 3 (ordinary) and token 7, whose keys are made huge: query 1 on every
+// channel, token 7's nope bytes +127 on channels [0, pos), -127 on [pos, neg_end), 0 elsewhere,
+// rope 0, every tile scale 1.5e36 (K = +-1.905e38 in bf16).
+void HugeKey(Built& B, int64_t pos, int64_t neg_end) {
+  B.indices = {3, 7};
+  for (int64_t h = 0; h < B.c.heads; ++h)
+    for (int64_t d = 0; d < 576; ++d)
+      B.query[B.QOffset(0, 0, h) + d] = kvqtest::ToQ(1.f, B.c.qdt);
+  uint8_t* row = B.key_bytes() + B.RowOffset(0, 7);
+  for (int64_t d = 0; d < 512; ++d)
+    row[d] = static_cast<uint8_t>(static_cast<int8_t>(d < pos ? 127 : d < neg_end ? -127 : 0));
+  std::memset(row + 512, 0, 128);
+  const float big = 1.5e36f;
+  for (int64_t t = 0; t < 4; ++t) std::memcpy(row + 640 + 4 * t, &big, 4);
+}
+
+// Scores that are ordinary fp32 numbers although their fp32 partial sums are not. 256 channels
+// of +K and 255 of -K: q . K = K exactly, while every channel-ordered fp32 sum passes FLT_MAX
+// after two terms. 40 channels of +K with scale 0.02: q . K = 7.6e39 is past FLT_MAX itself,
+// the scaled score 1.5e38 is not. Either way the big key's score dominates and the output is its
+// value row, finite, as the reference and the oracle compute it (the overflowed sum made the
+// score inf and the row NaN). Two heads: the generic tile loop on every target.
+TEST(EngineKvqsfa, ScoreWhoseFp32PartialSumsOverflowStaysFinite) {
+  Case c;
+  c.qdt = DType::kBFloat16;
+  c.kvdt = DType::kInt8;
+  c.batch = 1, c.s1 = 1, c.heads = 2, c.s2 = 24, c.topk = 2;
+  c.seed = 31;
+  {
+    SCOPED_TRACE("partial sums past FLT_MAX");
+    Check(c, [](Built& B) { HugeKey(B, 256, 511); });
+  }
+  c.scale = 0.02;
+  {
+    SCOPED_TRACE("unscaled sum past FLT_MAX");
+    Check(c, [](Built& B) { HugeKey(B, 40, 40); });
+  }
+}
+
 // Random calls (OPENFIA_RANDOM_CASES, default 12; OPENFIA_RANDOM_SEED, default 1): KV format,
 // query dtype, layouts (BSND, TND, paged with odd block sizes, TND query over a paged cache),
 // batch and lengths, heads, top-k, sparse block size, sparse mode, sinks and scale, through Check

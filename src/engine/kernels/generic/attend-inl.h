@@ -606,6 +606,53 @@ inline bool AnyNonFinite(const float* v, int64_t nk, int64_t ld) {
   return V::ReduceSum(V::Add(V::Add(bad[0], bad[1]), V::Add(bad[2], bad[3]))) != 0.f;
 }
 
+// s[n] *= scale for n < npad: the fp32 product the softmax step applies to raw scores.
+inline void ScaleScores(float* s, int64_t npad, float scale) {
+  const typename V::T vscale = V::Set1(scale);
+  for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
+}
+
+// Scores the fp32 products could not represent, computed again as the reference computes them.
+// A score of finite q and K rows is finite, but its fp32 partial sums can pass FLT_MAX on the
+// way (dequantized keys near the bf16 maximum, whose terms cancel): the tile's sum order then
+// makes it inf or NaN, and the row NaN, where the formula's score is an ordinary number. Each
+// non-finite score among keys [0, nk) of the rows is recomputed from the query row (f32, rope
+// appended) and the key's values as packed (LoadElem: the same dequantized, rounded values):
+// products and sum in double in channel order, times the scale in double, rounded once to
+// fp32. A NaN or infinity in q or K keeps its NaN / inf, as the formula gives it. Returns
+// false when every score was finite; otherwise the tile's scores leave scaled (the others by
+// the fp32 product the softmax step would apply), and the caller must not scale them again.
+inline bool RescoreNonFinite(const Problem& p, const TileScratch& sc, const KvOperand& kx,
+                             const KvOperand& rx, const TileDq& kdq, const TileDq& rdq,
+                             const float* q, int64_t ldq, int64_t rows, int64_t nk, int64_t npad,
+                             bool scaled, float* s) {
+  bool any = false;
+  for (int64_t r = 0; r < rows && !any; ++r)
+    if (AnyNonFinite(s + r * TN, 1, npad))  // (the padding's cells too: keys [0, nk) decide)
+      for (int64_t n = 0; n < nk && !any; ++n) any = !std::isfinite(s[r * TN + n]);
+  if (!any) return false;
+  if (!scaled)
+    for (int64_t r = 0; r < rows; ++r) ScaleScores(s + r * TN, npad, static_cast<float>(p.scale));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* qr = q + r * ldq;
+    for (int64_t n = 0; n < nk; ++n) {
+      float& cell = s[r * TN + n];
+      if (std::isfinite(cell)) continue;
+      const bool pre = sc.kpre[n] != 0;
+      const Operand& ko = pre ? kx.prefix : kx.cache;
+      double dot = 0.0;
+      for (int64_t d = 0; d < p.d_qk; ++d)
+        dot += static_cast<double>(qr[d]) * LoadElem(ko, kdq, n, pre, sc.kbase[n], sc.koff[n], d);
+      const Operand& ro = pre ? rx.prefix : rx.cache;
+      for (int64_t d = 0; d < p.d_rope; ++d)
+        dot += static_cast<double>(qr[p.d_qk + d]) *
+               LoadElem(ro, rdq, n, pre, sc.rbase[n], sc.roff[n], d);
+      cell = static_cast<float>(dot * p.scale);
+    }
+  }
+  return true;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Micro-kernels
 
@@ -1050,17 +1097,19 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
         }
       }
 
+      // Dot tiles store their scores scaled, and so does a tile with a rescored cell.
+      const bool scaled =
+          RescoreNonFinite(p, sc, Kx, Rx, kdq, rdq, qh, ldq, hrows, nk, npad, dot, sc.s) || dot;
+
       if (!full) TileVisibility(p, b, org, w.i0, nq, jt0, nk, sc.vis, TN);
 
-      // The step's scores: scaled (dot tiles store theirs scaled), the pse bias added, masked
-      // cells and the padding at -inf; a full tile without pse leaves the scaling to the step.
+      // The step's scores: scaled, the pse bias added, masked cells and the padding at -inf; a
+      // full tile without pse leaves the scaling to the step.
       const bool prepare = p.pse != nullptr || !full || nk != npad;
       if (prepare) {
-        const typename V::T vscale = V::Set1(scale);
         for (int64_t r = 0; r < hrows; ++r) {
           float* s = sc.s + r * TN;
-          if (!dot)
-            for (int64_t n = 0; n < npad; n += W) V::Store(s + n, V::Mul(V::Load(s + n), vscale));
+          if (!scaled) ScaleScores(s, npad, scale);
           BiasAndMaskRow(p, w, org, hk, r, jt0, nk, npad, full, sc.vis, s);
         }
       }
@@ -1070,7 +1119,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
       step.rows = hrows;
       step.nk = nk;
       step.npad = npad;
-      step.scale = prepare || dot ? 1.f : scale;
+      step.scale = prepare || scaled ? 1.f : scale;
       step.store.kind = dot ? SoftmaxStore::Kind::kBf16 : SoftmaxStore::Kind::kRounded;
       step.store.pe = pe;
       // The probability exp drops P below exp(-86.5) ~ 2.6e-38 (against l >= 1 they vanish in
