@@ -61,6 +61,9 @@ ENVIRONMENT = (
     ("OPENFIA_RANDOM_CASES", "tests", "C++ 48, pytest 40 FIA and 16 per sparse operator",
      "how many random calls the randomized tests draw"),
     ("OPENFIA_RANDOM_SEED", "tests", "1", "which random draw the randomized tests make"),
+    ("OPENFIA_TEST_EMULATED", "tests", "not set",
+     "set by CTest for the C++ tests under user-mode QEMU (the AArch64 cross build): the fork "
+     "test skips itself there, as QEMU does not survive fork() of a multi-threaded process"),
     ("OPENFIA_PERF_THREADS", "tests", "2",
      "the thread count of the C++ engine performance tests (disabled by default)"),
 )
