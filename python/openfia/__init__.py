@@ -11,7 +11,8 @@ makes torch_npu.npu_fused_infer_attention_score (and the other operators' upstre
 torch.ops.npu.* / torch.ops.custom.* included) run openfia. `python -m openfia --help` lists
 the command line (run Ascend scripts unchanged, benchmark, show this machine's settings).
 
-Modules: fia, kvqsfa, sas (the operators), attention_state and ring (merging partial results,
+Modules: fia, kvqsfa, sas (the operators), ifa, pfa, fia_v2 (npu_incre_flash_attention,
+npu_prompt_flash_attention and npu_fused_infer_attention_score_v2: front ends over fia), attention_state and ring (merging partial results,
 sequence and KV-cache parallelism), quant (the quantized byte formats), torch_ops (torch.library
 registration), bench (the benchmark). torch is optional at import time: the runtime settings
 work without it.
@@ -21,12 +22,18 @@ from __future__ import annotations
 from . import _openfia
 from ._openfia import OpenfiaError, OpenfiaResourceError, OpenfiaTypeError
 from .fia import fia_output_spec, npu_fused_infer_attention_score
+from .fia_v2 import npu_fused_infer_attention_score_v2
+from .ifa import npu_incre_flash_attention
+from .pfa import npu_prompt_flash_attention
 
 __all__ = [
     "OpenfiaError",
     "OpenfiaTypeError",
     "OpenfiaResourceError",
     "npu_fused_infer_attention_score",
+    "npu_fused_infer_attention_score_v2",
+    "npu_incre_flash_attention",
+    "npu_prompt_flash_attention",
     "npu_kv_quant_sparse_flash_attention",
     "patch_torch_npu",
     "set_impl",
@@ -100,24 +107,38 @@ def version() -> str:
 
 # ---- Ascend code unchanged ----------------------------------------------------------------------
 
+# The torch_npu functions patch_torch_npu() provides: {name: module of openfia that has it}.
+TORCH_NPU_FUNCTIONS = {
+    "npu_fused_infer_attention_score": "fia",
+    "npu_fused_infer_attention_score_v2": "fia_v2",
+    "npu_incre_flash_attention": "ifa",
+    "npu_prompt_flash_attention": "pfa",
+    "npu_kv_quant_sparse_flash_attention": "kvqsfa",
+    "npu_sparse_attn_sharedkv": "sas",
+    "npu_sparse_attn_sharedkv_metadata": "sas",
+}
+
+
 def patch_torch_npu():
     """Makes Ascend code run unchanged on a CPU: afterwards `import torch_npu` yields a module
-    whose npu_fused_infer_attention_score, npu_kv_quant_sparse_flash_attention,
-    npu_sparse_attn_sharedkv and npu_sparse_attn_sharedkv_metadata are openfia's, and the
-    operators run openfia on CPU tensors where upstream code calls them:
-    torch.ops.npu.npu_fused_infer_attention_score,
-    torch.ops.npu.npu_kv_quant_sparse_flash_attention, torch.ops.custom.npu_sparse_attn_sharedkv
+    whose functions named in TORCH_NPU_FUNCTIONS (npu_fused_infer_attention_score and its _v2,
+    npu_incre_flash_attention, npu_prompt_flash_attention,
+    npu_kv_quant_sparse_flash_attention, npu_sparse_attn_sharedkv and
+    npu_sparse_attn_sharedkv_metadata) are openfia's, and the operators run openfia on CPU
+    tensors where upstream code calls them: torch.ops.npu.<each of the first six>,
+    torch.ops.custom.npu_sparse_attn_sharedkv
     and torch.ops.custom.npu_sparse_attn_sharedkv_metadata (the CANN custom-op package's
     namespace). With a real torch_npu (or custom-op package) installed, its functions are
     replaced and a CPU kernel is added to its ops. Without one, the stand-in also gives
     Tensor.npu(), torch.npu and a torchair whose npu_backend compiles for the CPU (npu_shim.py),
-    so the source documents' examples run unchanged (`python -m openfia run script.py`).
-    Returns the torch_npu module."""
+    so the source documents' examples run unchanged (`python -m openfia run script.py`); any
+    other torch_npu.X of the stand-in raises an AttributeError that names X and says openfia
+    does not provide it. Returns the torch_npu module."""
     import importlib
     import sys
     import types
 
-    from . import kvqsfa, sas, torch_ops
+    from . import torch_ops
 
     mod = sys.modules.get("torch_npu")
     if mod is None:
@@ -135,10 +156,9 @@ def patch_torch_npu():
 
         npu_shim.install_device_shims(mod)
         npu_shim.install_torchair()
-    mod.npu_fused_infer_attention_score = npu_fused_infer_attention_score
-    mod.npu_kv_quant_sparse_flash_attention = kvqsfa.npu_kv_quant_sparse_flash_attention
-    mod.npu_sparse_attn_sharedkv = sas.npu_sparse_attn_sharedkv
-    mod.npu_sparse_attn_sharedkv_metadata = sas.npu_sparse_attn_sharedkv_metadata
+        npu_shim.install_missing_attribute_error(mod)
+    for name, module in TORCH_NPU_FUNCTIONS.items():
+        setattr(mod, name, getattr(importlib.import_module(f"{__name__}.{module}"), name))
     torch_ops.register_npu_namespace()
     return mod
 

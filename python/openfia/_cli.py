@@ -18,15 +18,16 @@ USAGE = f"""{PROG} run script.py [args...]
        {PROG} --version | --help"""
 
 DESCRIPTION = """\
-openfia runs Huawei Ascend's attention operators (torch_npu.npu_fused_infer_attention_score,
+openfia runs Huawei Ascend's attention operators (torch_npu.npu_fused_infer_attention_score and
+its _v2, npu_incre_flash_attention, npu_prompt_flash_attention,
 npu_kv_quant_sparse_flash_attention, npu_sparse_attn_sharedkv and its _metadata op) on the CPU.
 
 commands:
   run      Runs a script (or `-m module`) written for an Ascend NPU, unchanged, on the CPU:
            openfia.patch_torch_npu() is applied first, so its `import torch_npu` and operator
            calls go to openfia; without a real torch_npu, `.npu()`, torch.npu, "npu" device
-           strings and `import torchair` work too. The script gets its own arguments and exit
-           status.
+           strings and `import torchair` work too, and any other torch_npu.X is an error
+           naming X. The script gets its own arguments and exit status.
   bench    Benchmarks openfia against PyTorch compositions of the same attention on
            model-shaped workloads and writes a report (`bench --help` for its options).
   info     Prints the version, the SIMD target in use and those this CPU can run, the thread
@@ -60,6 +61,9 @@ ENVIRONMENT = (
     ("OPENFIA_RANDOM_CASES", "tests", "C++ 48, pytest 40 FIA and 16 per sparse operator",
      "how many random calls the randomized tests draw"),
     ("OPENFIA_RANDOM_SEED", "tests", "1", "which random draw the randomized tests make"),
+    ("OPENFIA_TEST_EMULATED", "tests", "not set",
+     "set by CTest for the C++ tests under user-mode QEMU (the AArch64 cross build): the fork "
+     "test skips itself there, as QEMU does not survive fork() of a multi-threaded process"),
     ("OPENFIA_PERF_THREADS", "tests", "2",
      "the thread count of the C++ engine performance tests (disabled by default)"),
 )

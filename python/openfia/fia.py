@@ -4,9 +4,14 @@
                                                        input_layout="BNSD", scale=0.088)
 
 The signature is torch_npu's, argument for argument, plus `sinks` at the end. fia_output_spec() validates a call and
-returns its output shapes without computing. This module needs torch only when called.
+returns its output shapes without computing. The front ends over this operator (ifa, pfa,
+fia_v2) call it through native_call and share dispatch, errors_as and query_seq_len. This module
+needs torch only when called.
 """
 from __future__ import annotations
+
+import contextlib
+import re
 
 from . import _native as N
 
@@ -73,6 +78,67 @@ def fia_output_spec(query, key, value, **kwargs):
     return N.lib.fia_output_spec(**_native_kwargs(query, key, value, kw))
 
 
+def traced_lengths(v, op, name):
+    """A length-list argument of a call that goes through the dispatcher, as its SymInt[]? /
+    int[]? schema takes it: while compiling the entries may be SymInts (a tensor becomes its
+    list, an int a one-entry list); otherwise a list of ints checked by N.int_list."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        if isinstance(v, torch.Tensor):
+            return v.tolist()
+        return [v] if isinstance(v, int) else v
+    return N.int_list(v, op, name)
+
+
+def dispatch(op, query, key, value, kw, cpu, length_args=()):
+    """The path of a front end over this operator (openfia.ifa, pfa, fia_v2): plain CPU tensors
+    in eager mode run `cpu(query, key, value, kw)` directly (kw: every keyword argument of the
+    call); anything else (tracing, a dispatch mode, fake or meta tensors) goes through
+    torch.ops.openfia.<op> with every keyword argument, the length lists `length_args` as
+    traced_lengths makes them."""
+    if not N.traced(op, query=query, key=key, value=value):
+        return cpu(query, key, value, kw)
+    import torch
+
+    args = {k: v for k, v in kw.items() if k not in ("query", "key", "value")}
+    for name in length_args:
+        args[name] = traced_lengths(args[name], op, name)
+    return getattr(torch.ops.openfia, op).default(query, key, value, **args)
+
+
+def query_seq_len(query, input_layout):
+    """The S of a query in input_layout's query layout (BSH, BSND, BNSD), or None where the
+    layout has none or the query's rank does not fit it (the operator's checks then say so)."""
+    q_layout = input_layout.partition("_")[0] if isinstance(input_layout, str) else None
+    want = {"BSH": (3, 1), "BSND": (4, 1), "BNSD": (4, 2)}.get(q_layout)
+    if want is None or query.dim() != want[0]:
+        return None
+    return query.shape[want[1]]
+
+
+@contextlib.contextmanager
+def errors_as(op, names):
+    """An error of this operator raised inside is re-raised as front end `op`'s: its argument
+    and the argument names in its rule and value become the front end's (names: {FIA name:
+    front-end name}); the code stays. Only names with an underscore are replaced in the texts
+    (`scale` is also an English word there)."""
+    try:
+        yield
+    except N.OpenfiaError as e:
+        if getattr(e, "code", None) == "resource_exhausted" or not hasattr(e, "argument"):
+            raise
+        words = sorted((n for n in names if "_" in n), key=len, reverse=True)
+        pattern = re.compile(r"\b(" + "|".join(words) + r")\b") if words else None
+
+        def rename(text):
+            return pattern.sub(lambda m: names[m.group(1)], text) if pattern else text
+
+        cls = N.OpenfiaTypeError if isinstance(e, N.OpenfiaTypeError) else N.OpenfiaError
+        raise N.error(op, names.get(e.argument, e.argument), rename(e.rule), rename(e.actual),
+                      code=e.code, cls=cls) from None
+
+
 def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_mask=None,
                                     actual_seq_lengths=None, actual_seq_lengths_kv=None,
                                     dequant_scale1=None, quant_scale1=None, dequant_scale2=None,
@@ -108,18 +174,8 @@ def npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_
         # (locals(); the dispatcher's conversion of this 40-argument schema costs ~30 us, about
         # as much as the rest of a short decode call).
         return native_call(query, key, value, locals())
-    if torch.compiler.is_compiling():  # lengths may be SymInts: as torch's own ops take them
-        if isinstance(actual_seq_lengths, torch.Tensor):
-            actual_seq_lengths = actual_seq_lengths.tolist()
-        if isinstance(actual_seq_lengths_kv, torch.Tensor):
-            actual_seq_lengths_kv = actual_seq_lengths_kv.tolist()
-        if isinstance(actual_seq_lengths, int):
-            actual_seq_lengths = [actual_seq_lengths]
-        if isinstance(actual_seq_lengths_kv, int):
-            actual_seq_lengths_kv = [actual_seq_lengths_kv]
-    else:
-        actual_seq_lengths = N.int_list(actual_seq_lengths, NAME, "actual_seq_lengths")
-        actual_seq_lengths_kv = N.int_list(actual_seq_lengths_kv, NAME, "actual_seq_lengths_kv")
+    actual_seq_lengths = traced_lengths(actual_seq_lengths, NAME, "actual_seq_lengths")
+    actual_seq_lengths_kv = traced_lengths(actual_seq_lengths_kv, NAME, "actual_seq_lengths_kv")
     op = torch.ops.openfia.npu_fused_infer_attention_score
     op = op.tensorlist if is_list else op.default
     return op(query, key, value, pse_shift=pse_shift, atten_mask=atten_mask,

@@ -23,6 +23,11 @@ is absent: with a real torch_npu / torchair nothing here replaces anything of th
   `torch.set_default_device("npu")`. The mode is torch's per-thread mode stack: it holds in the
   thread that called patch_torch_npu() (the script's main thread under `python -m openfia run`);
   another thread enters `npu_shim.NpuDeviceMode()` itself. It costs ~2 us per torch call.
+- Any other `torch_npu.X` of the stand-in raises `NotProvidedError` (an OpenfiaError and an
+  AttributeError, so `hasattr(torch_npu, X)` and `getattr(torch_npu, X, default)` keep working)
+  whose message names X, says openfia does not provide it and lists what it provides;
+  `import torch_npu.X` of a submodule it does not have is a ModuleNotFoundError saying the
+  same.
 - `torchair` (the NPU graph-mode package): `get_npu_backend(compiler_config=...)` returns a
   torch.compile backend that compiles for the CPU (inductor; `OPENFIA_TORCHAIR_BACKEND` picks
   another, e.g. "eager"); `torchair.configs.compiler_config.CompilerConfig` accepts any nested
@@ -36,6 +41,8 @@ import logging
 import os
 import sys
 import types
+
+from ._openfia import OpenfiaError
 
 
 def _is_real(name):
@@ -177,6 +184,50 @@ def install_device_shims(torch_npu_module):
         torch_npu_module.npu = torch.npu
     if getattr(torch.npu, "__openfia_stand_in__", False):
         install_device_mapping()
+
+
+class NotProvidedError(OpenfiaError, AttributeError):
+    """torch_npu.X that openfia's torch_npu stand-in does not have: the message names X. Also an
+    AttributeError, so hasattr() and getattr() with a default treat X as absent."""
+
+
+def install_missing_attribute_error(torch_npu_module):
+    """Makes a missing public attribute of the stand-in torch_npu module a NotProvidedError
+    naming it (.argument = the name, .code = "unsupported"); dunder lookups (__file__,
+    __spec__, ... probed by inspect, pickle and importlib) stay plain AttributeErrors."""
+
+    def __getattr__(name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(f"module 'torch_npu' has no attribute {name!r}")
+        provided = ", ".join(sorted(n for n in vars(torch_npu_module) if not n.startswith("_")))
+        e = NotProvidedError(
+            f"torch_npu.{name}: openfia does not provide it. openfia's torch_npu stand-in (no "
+            f"torch_npu installed) provides only: {provided}; the rest of torch_npu needs "
+            "torch_npu itself (an Ascend NPU)")
+        e.name, e.obj = name, torch_npu_module
+        e.argument, e.rule, e.actual, e.code = (name, "not provided by openfia's torch_npu "
+                                                "stand-in", name, "unsupported")
+        raise e
+
+    torch_npu_module.__getattr__ = __getattr__
+    if not any(isinstance(f, _NotProvidedFinder) for f in sys.meta_path):
+        sys.meta_path.append(_NotProvidedFinder())
+
+
+class _NotProvidedFinder:
+    """The last import finder: `import torch_npu.X` (a submodule the stand-in does not have,
+    e.g. torch_npu.contrib) is a ModuleNotFoundError whose message names it and says openfia
+    does not provide it. Does nothing while torch_npu is a real package."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        mod = sys.modules.get("torch_npu")
+        if not fullname.startswith("torch_npu.") or not getattr(mod, "__openfia_stand_in__",
+                                                                 False):
+            return None
+        raise ModuleNotFoundError(
+            f"{fullname}: openfia does not provide it. openfia's torch_npu stand-in (no "
+            "torch_npu installed) has the submodule torch_npu.testing only; the rest of "
+            "torch_npu needs torch_npu itself (an Ascend NPU)", name=fullname)
 
 
 class _Options:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _native as N
-from . import attention_state, fia, kvqsfa, sas
+from . import attention_state, fia, fia_v2, ifa, kvqsfa, pfa, sas
 
 TORCH_DTYPES = N.torch_dtypes()
 
@@ -39,6 +39,45 @@ _FIA_KWARGS_SCHEMA = (
 )
 FIA_SCHEMA = "(Tensor query, Tensor key, Tensor value, " + _FIA_KWARGS_SCHEMA
 FIA_TENSORLIST_SCHEMA = "(Tensor query, Tensor[] key, Tensor[] value, " + _FIA_KWARGS_SCHEMA
+
+# The front ends over FIA, as op-plugin's op_plugin_functions.yaml declares them.
+IFA_SCHEMA = (
+    "(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, "
+    "Tensor? atten_mask=None, Tensor? pse_shift=None, SymInt[]? actual_seq_lengths=None, "
+    "Tensor? antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? block_table=None, "
+    "Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? dequant_scale2=None, "
+    "Tensor? quant_scale2=None, Tensor? quant_offset2=None, Tensor? kv_padding_size=None, "
+    "int num_heads=1, float scale_value=1.0, str input_layout=\"BSH\", "
+    "int num_key_value_heads=0, int block_size=0, int inner_precise=1) -> Tensor"
+)
+PFA_SCHEMA = (
+    "(Tensor query, Tensor key, Tensor value, *, Tensor? padding_mask=None, "
+    "Tensor? atten_mask=None, Tensor? pse_shift=None, int[]? actual_seq_lengths=None, "
+    "Tensor? deq_scale1=None, Tensor? quant_scale1=None, Tensor? deq_scale2=None, "
+    "Tensor? quant_scale2=None, Tensor? quant_offset2=None, int num_heads=1, "
+    "float scale_value=1.0, int pre_tokens=2147483647, int next_tokens=0, "
+    "str input_layout=\"BSH\", int num_key_value_heads=0, int[]? actual_seq_lengths_kv=None, "
+    "int sparse_mode=0) -> Tensor"
+)
+FIA_V2_SCHEMA = (
+    "(Tensor query, Tensor key, Tensor value, *, Tensor? query_rope=None, "
+    "Tensor? key_rope=None, Tensor? pse_shift=None, Tensor? atten_mask=None, "
+    "SymInt[]? actual_seq_qlen=None, SymInt[]? actual_seq_kvlen=None, "
+    "Tensor? block_table=None, Tensor? dequant_scale_query=None, "
+    "Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, "
+    "Tensor? dequant_scale_value=None, Tensor? dequant_offset_value=None, "
+    "Tensor? dequant_scale_key_rope=None, Tensor? quant_scale_out=None, "
+    "Tensor? quant_offset_out=None, Tensor? quant_scale_p=None, Tensor? learnable_sink=None, "
+    "int num_query_heads=1, int num_key_value_heads=0, float softmax_scale=1.0, "
+    "int pre_tokens=2147483647, int next_tokens=2147483647, str input_layout=\"BSH\", "
+    "int sparse_mode=0, int block_size=0, int query_quant_mode=0, int key_quant_mode=0, "
+    "int value_quant_mode=0, int inner_precise=0, bool return_softmax_lse=False, "
+    "int? query_dtype=None, int? key_dtype=None, int? value_dtype=None, "
+    "int? query_rope_dtype=None, int? key_rope_dtype=None, int? key_shared_prefix_dtype=None, "
+    "int? value_shared_prefix_dtype=None, int? dequant_scale_query_dtype=None, "
+    "int? dequant_scale_key_dtype=None, int? dequant_scale_value_dtype=None, "
+    "int? dequant_scale_key_rope_dtype=None, int? out_dtype=None) -> (Tensor, Tensor)"
+)
 
 # torch_npu's npu_kv_quant_sparse_flash_attention (op-plugin's op_plugin_functions.yaml).
 KVQSFA_SCHEMA = (
@@ -85,6 +124,14 @@ MERGE_SCHEMA = ("(Tensor out_a, Tensor lse_a, Tensor? out_b=None, Tensor? lse_b=
 
 def _fia_cpu(query, key, value, **kw):
     return fia.native_call(query, key, value, {**fia.DEFAULTS, **kw})
+
+
+def _front_cpu(mod):
+    """The CPU kernel of a front end over FIA (module ifa, pfa or fia_v2)."""
+    def cpu(query, key, value, **kw):
+        return mod.native_call(query, key, value, {**mod.DEFAULTS, **kw})
+
+    return cpu
 
 
 def _sas_cpu(q, **kw):
@@ -166,6 +213,19 @@ def _fia_fake(query, key, value, **kw):
     return (query.new_empty(out, dtype=dtype), query.new_empty(lse, dtype=torch.float32))
 
 
+def _front_fake(mod, with_lse):
+    """The fake kernel of a front end over FIA: its own checks and argument mapping, then FIA's
+    output shapes (a one-token prompt query keeps S = 1: pfa computes it padded and returns the
+    first row). with_lse: the op returns (attention_out, softmax_lse), else attention_out."""
+    def fake(query, key, value, **kw):
+        with fia.errors_as(mod.NAME, mod.FIA_NAMES):
+            out, lse = _fia_fake(query, key, value,
+                                 **mod.fia_kwargs(query, {**mod.DEFAULTS, **kw}))
+        return (out, lse) if with_lse else out
+
+    return fake
+
+
 def _kvqsfa_fake(query, key, value, sparse_indices, scale_value, key_quant_mode,
                  value_quant_mode, *, rope_head_dim=64, **kw):
     """Output shape from shapes alone, as torch_npu's infershape: query's shape with the last
@@ -219,6 +279,9 @@ class _Op:
 
 OPS = (
     _Op(fia.NAME, (("", FIA_SCHEMA), ("tensorlist", FIA_TENSORLIST_SCHEMA)), _fia_cpu, _fia_fake),
+    _Op(ifa.NAME, (("", IFA_SCHEMA),), _front_cpu(ifa), _front_fake(ifa, False)),
+    _Op(pfa.NAME, (("", PFA_SCHEMA),), _front_cpu(pfa), _front_fake(pfa, False)),
+    _Op(fia_v2.NAME, (("", FIA_V2_SCHEMA),), _front_cpu(fia_v2), _front_fake(fia_v2, True)),
     _Op(kvqsfa.NAME, (("", KVQSFA_SCHEMA),), kvqsfa.native_call, _kvqsfa_fake),
     _Op(sas.NAME, (("", SAS_SCHEMA),), _sas_cpu, _sas_fake),
     _Op(sas.METADATA_NAME, (("", SAS_METADATA_SCHEMA),), _sas_metadata_cpu, _sas_metadata_fake,
@@ -252,8 +315,8 @@ _patch_libs = {}
 
 # The upstream names: torch_npu registers its operators in torch.ops.npu, the CANN custom-op
 # package (where DeepSeek-V4 calls SparseAttnSharedkv) in torch.ops.custom.
-UPSTREAM_NAMESPACES = {fia.NAME: "npu", kvqsfa.NAME: "npu", sas.NAME: "custom",
-                       sas.METADATA_NAME: "custom"}
+UPSTREAM_NAMESPACES = {fia.NAME: "npu", ifa.NAME: "npu", pfa.NAME: "npu", fia_v2.NAME: "npu",
+                       kvqsfa.NAME: "npu", sas.NAME: "custom", sas.METADATA_NAME: "custom"}
 
 
 def _register_op(namespace, op):
@@ -278,7 +341,9 @@ def _register_op(namespace, op):
 def register_npu_namespace():
     """The upstream operator names -> openfia on CPU tensors, as torch_npu and the CANN custom-op
     package register them: torch.ops.npu.npu_fused_infer_attention_score (both overloads),
-    torch.ops.npu.npu_kv_quant_sparse_flash_attention, and torch.ops.custom.npu_sparse_attn_sharedkv
-    and .npu_sparse_attn_sharedkv_metadata (DeepSeek-V4 calls them there). Idempotent."""
+    torch.ops.npu.npu_incre_flash_attention, .npu_prompt_flash_attention,
+    .npu_fused_infer_attention_score_v2, .npu_kv_quant_sparse_flash_attention, and
+    torch.ops.custom.npu_sparse_attn_sharedkv and .npu_sparse_attn_sharedkv_metadata
+    (DeepSeek-V4 calls them there). Idempotent."""
     for name, namespace in UPSTREAM_NAMESPACES.items():
         _register_op(namespace, _BY_NAME[name])
