@@ -135,6 +135,9 @@ def _run(argv):
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
         sys.argv = list(argv)
+        # As `python script.py` does: the script's directory comes first on the import path, so
+        # it imports its sibling modules.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
         runpy.run_path(argv[0], run_name="__main__")
     return 0
 

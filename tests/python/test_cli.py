@@ -72,6 +72,14 @@ def test_run_passes_arguments_and_exit_status(tmp_path):
     assert r.returncode == 1 and "KeyError: 'inside the script'" in r.stderr
 
 
+def test_run_imports_the_scripts_sibling_modules(tmp_path):
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "helper.py").write_text("VALUE = 'from the sibling'\n")
+    (tmp_path / "app" / "main.py").write_text("import helper\nprint(helper.VALUE)\n")
+    r = cli("run", "app/main.py", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "from the sibling", r.stderr
+
+
 def test_info_reports_version_simd_threads_and_environment():
     r = cli("info", env={"OPENFIA_NUM_THREADS": "3", "OPENFIA_IMPL": "ref"})
     assert r.returncode == 0, r.stderr
