@@ -6,6 +6,11 @@ openfia's output compared with it element by element within a bound derived from
 
 check() exits the script with status 1 when an element is outside its bound (or NaN / Inf
 appear where the reference has none), naming the worst element.
+
+The model examples compare whole models' logits and greedy tokens with a reference model's:
+
+    bound = logit_bound(lm_head, hidden, roundings, torch.bfloat16)
+    passed, decided = check_generation("sequence 0", logits, ref_logits, bound)
 """
 from __future__ import annotations
 
@@ -67,3 +72,50 @@ def check(what, got, ref, dtype, *, d_qk, n_keys):
     err = float((g - ref.out).abs().max())
     print(f"{what}: matches the float64 PyTorch reference (max |error| {err:.2e}, every element "
           f"within its {dtype} bound)")
+
+
+# ---- whole models: logits and greedy tokens ---------------------------------------------------
+
+def logit_bound(lm_head, hidden, roundings, dtype, sigmas=6.0):
+    """The bound on the logits of a model computed in `dtype` against the same model computed
+    exactly (or in a wider dtype): `sigmas` standard deviations of the first-order rounding
+    model, in which each of the `roundings` roundings to `dtype` on the path to a logit is
+    uniform within half a unit in the last place of its value and passed on with unit gain:
+
+        sigma = u / sqrt(3) * sqrt(roundings) * |W_v| * rms(h)
+
+    lm_head [V, H]: the output rows W_v; hidden [..., H]: the final normalized hidden states h.
+    Returns [..., V]."""
+    u = torch.finfo(dtype).eps / 2
+    w = lm_head.to(F64).norm(dim=-1)
+    rms = hidden.to(F64).pow(2).mean(-1, keepdim=True).sqrt()
+    return sigmas * u / 3 ** 0.5 * roundings ** 0.5 * w * rms
+
+
+def check_generation(what, logits, ref_logits, bound):
+    """A greedy decoder's logits [S, V] against the reference's on the same tokens: every logit
+    within its bound (NaN / Inf where the reference has them), and the decoder's token (its
+    argmax) the reference's wherever the reference's top-2 margin exceeds the sum of the two
+    logits' bounds (elsewhere either is a correct greedy choice within the rounding). Prints the
+    first failure; returns (passed, decided [S] bool: the steps whose token was checked)."""
+    got, ref = logits.to(F64), ref_logits.to(F64)
+    for name, f in (("NaN", torch.isnan), ("Inf", torch.isinf)):
+        if not torch.equal(f(got), f(ref)):
+            print(f"{what}: FAILED, {name} positions differ from the reference")
+            return False, torch.zeros(len(got), dtype=torch.bool)
+    excess = (got - ref).abs() - bound
+    if (excess > 0).any():
+        s, v = divmod(int(excess.flatten().argmax()), got.shape[-1])
+        print(f"{what}: FAILED, logit {v} at step {s}: {got[s, v].item():.5g}, reference "
+              f"{ref[s, v].item():.5g}, bound {bound[s, v].item():.3g}")
+        return False, torch.zeros(len(got), dtype=torch.bool)
+    top2 = ref.topk(2, -1)
+    margin = top2.values[:, 0] - top2.values[:, 1]
+    decided = margin > bound.gather(1, top2.indices).sum(-1)
+    wrong = decided & (got.argmax(-1) != top2.indices[:, 0])
+    if wrong.any():
+        s = int(wrong.nonzero()[0])
+        print(f"{what}: FAILED, step {s} chose token {int(got[s].argmax())}, the reference "
+              f"{int(top2.indices[s, 0])} by a margin of {margin[s].item():.3g}")
+        return False, decided
+    return True, decided
