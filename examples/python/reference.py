@@ -48,19 +48,26 @@ def attention(q, k, v, scale, *, bias=None, sink=None):
     return Reference(p @ v, p @ v.abs(), score_abs)
 
 
-def check(what, got, ref, dtype, *, d_qk, n_keys):
-    """openfia's `got` against the float64 reference, element by element. With u the unit
-    roundoff of `dtype` (the query dtype: openfia rounds P to it before P.V and rounds the
+def error_bound(ref, dtype, *, d_qk, n_keys):
+    """The bound on each element of openfia's output against the float64 reference. With u the
+    unit roundoff of `dtype` (the query dtype: openfia rounds P to it before P.V and rounds the
     output to it), the first-order errors are u |out| (output rounding), u (P|V|) (rounding P),
     2 d_qk 2^-24 score_abs (P|V|) (float32 scores move each probability by twice their error)
     and n_keys 2^-24 (P|V|) (float32 accumulation); the bound is twice their sum."""
     u = torch.finfo(dtype).eps / 2
+    return 2 * (u * (ref.out.abs() + ref.out_abs)
+                + U32 * (2 * d_qk * ref.score_abs.unsqueeze(-1) + n_keys) * ref.out_abs)
+
+
+def check(what, got, ref, dtype, *, d_qk, n_keys, bound=None):
+    """openfia's `got` against the float64 reference, element by element, within
+    error_bound(ref, dtype, d_qk=d_qk, n_keys=n_keys) (or the `bound` given)."""
     g = got.to(F64).reshape(ref.out.shape)
     for name, f in (("NaN", torch.isnan), ("Inf", torch.isinf)):
         if not torch.equal(f(g), f(ref.out)):
             sys.exit(f"{what}: FAILED, {name} positions differ from the reference")
-    bound = 2 * (u * (ref.out.abs() + ref.out_abs)
-                 + U32 * (2 * d_qk * ref.score_abs.unsqueeze(-1) + n_keys) * ref.out_abs)
+    if bound is None:
+        bound = error_bound(ref, dtype, d_qk=d_qk, n_keys=n_keys)
     excess = (g - ref.out).abs() - bound
     worst = int(excess.flatten().argmax())
     if excess.flatten()[worst] > 0:
