@@ -16,4 +16,6 @@ $PY - <<'PYEOF' || $PY -m pip install -q "torch==2.13.0"
 import torch, sys
 sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)
 PYEOF
-$PY -m pip install -q "torch==2.13.0" numpy pytest "nanobind>=2.0" "scikit-build-core>=0.10" cmake ninja matplotlib
+# transformers: the optional integration's test and example (it does not pull torch).
+$PY -m pip install -q "torch==2.13.0" numpy pytest "nanobind>=2.0" "scikit-build-core>=0.10" cmake ninja matplotlib \
+  "transformers>=5,<6"
