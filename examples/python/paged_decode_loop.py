@@ -342,7 +342,9 @@ def main(argv=None):
                    help="Ascend-style: import torch_npu, device 'npu' (under python -m openfia run)")
     p.add_argument("--bench", action="store_true",
                    help="also time the decode steps beside PyTorch SDPA over the same cache")
-    p.add_argument("--threads", type=int, default=0, help="threads for openfia and torch (0: as set)")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each loop with --bench")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads for openfia and torch (0: as they are set)")
     args = p.parse_args(argv)
 
     if args.torch_npu:
@@ -379,11 +381,18 @@ def main(argv=None):
           f"{args.block_size}); sequence 0: {tokens[0, :12].tolist()} ...")
     ok = check(w, prompts, tokens, logits, args.kv, cache)
     if args.bench:
+        # The loops alternate, and each one's fastest run counts (other load on the machine
+        # only slows a run down).
         decoded = len(prompts) * (args.steps - 1)
-        s_tokens, _, s_seconds, _ = run("sdpa")
+        best_sdpa = math.inf
+        for _ in range(args.repeat):
+            s_tokens, _logits, s_seconds, _cache = run("sdpa")
+            best_sdpa = min(best_sdpa, s_seconds)
+            seconds = min(seconds, run("fia")[2])
         print(f"decode: openfia {decoded / seconds:.1f} tokens/s, PyTorch SDPA "
-              f"{decoded / s_seconds:.1f} tokens/s (batch {len(prompts)}, {args.steps - 1} steps, "
-              f"{torch.get_num_threads()} threads); same tokens: {torch.equal(tokens, s_tokens)}")
+              f"{decoded / best_sdpa:.1f} tokens/s (batch {len(prompts)}, {args.steps - 1} "
+              f"steps, {torch.get_num_threads()} threads, fastest of {args.repeat + 1} / "
+              f"{args.repeat} runs); same tokens: {torch.equal(tokens, s_tokens)}")
     return 0 if ok else 1
 
 
