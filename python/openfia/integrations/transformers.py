@@ -11,7 +11,7 @@ they are (no repeated keys), BNSD, the model's scaling. The masks are transforme
 which becomes the operator's causal band (sparse_mode 2 or 3 with its 2048 x 2048 mask), or a
 boolean mask (padding, sliding windows), passed as atten_mask (the operator masks where it is
 nonzero, transformers where it is False). A query row that no key may attend (a left-padded
-position) is 0, where SDPA gives NaN or an average.
+position) is 0, the operator's rule for a row without keys.
 
 What it does not take is an OpenfiaError naming the argument: dropout > 0 (training), a
 `softcap`, a `position_bias`, a float mask other than 0 / -inf, and `output_attentions` (no
