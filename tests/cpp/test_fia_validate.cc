@@ -1924,7 +1924,7 @@ TEST(FiaStrictRows, EveryRowHasACase) {
   EXPECT_EQ(cased, std::set<std::string>(ids.begin(), ids.end()));
 }
 
-TEST(FiaStrict, AcceptsCallsTheNpuTakes) {
+TEST(FiaStrictAccepts, CallsTheNpuTakes) {
   testutil::NpuStrictScope on(true);
   constexpr DType f16 = DType::kFloat16, bf16 = DType::kBFloat16;
   std::vector<CallPtr> calls;
