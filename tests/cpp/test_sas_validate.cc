@@ -9,6 +9,7 @@
 
 #include "common/npu_strict.h"
 #include "settings_scope.h"
+#include "strict_check.h"
 #include "test_sas_fixture.h"
 
 namespace openfia::sas_test {
@@ -272,20 +273,8 @@ TEST(SasStrict, DefaultAcceptsStrictRejectsWithTheNpuRule) {
       wide.assign(f.qbuf.size(), 0);
       a.q = TensorView(wide.data(), a.q.dtype, {f.T(), f.n1, f.d}, {2 * f.n1 * f.d, f.d, 1});
     }
-    {
-      testutil::NpuStrictScope off(false);
-      EXPECT_NO_THROW(SparseAttnSharedkvOutputSpec(a));
-    }
-    testutil::NpuStrictScope on(true);
-    try {
-      SparseAttnSharedkvOutputSpec(a);
-      ADD_FAILURE() << "strict mode accepted the call";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-      EXPECT_EQ(e.argument(), sc.argument) << e.what();
-      EXPECT_EQ(e.rule().rfind("NPU strict mode [" + sc.id + "] (Atlas A3): ", 0), 0u) << e.what();
-      EXPECT_NE(e.actual().find(sc.actual_has), std::string::npos) << e.what();
-    }
+    testutil::ExpectStrictRejects([&] { SparseAttnSharedkvOutputSpec(a); }, sc.id, "Atlas A3",
+                                  sc.argument, sc.actual_has);
   }
   const std::vector<std::string> ids = internal::SasNpuLimitIds();
   EXPECT_EQ(cased, std::set<std::string>(ids.begin(), ids.end()));
