@@ -49,6 +49,15 @@ OPENFIA_API std::string GetKernel();
 // "tile_avx2", "decode_avx512bf16".
 OPENFIA_API std::vector<std::string> AvailableKernels();
 
+// NPU-strict mode (default off): openfia lifts limits that exist only because of the NPU's
+// hardware (any D, any block_size, head ratios over 64, no B/N/S limits, float32, any cache form
+// with any layout, ...; each operator's page lists them under its relaxations). With strict mode
+// on, every such limit is enforced with the NPU's rule: a call the NPU would reject throws
+// openfia::Error (ErrorCode::kUnsupported) naming the argument, the NPU's rule with the product
+// line it applies to, and the value. Also set by OPENFIA_NPU_STRICT=0|1|false|true.
+OPENFIA_API void SetNpuStrict(bool on);
+OPENFIA_API bool GetNpuStrict();
+
 OPENFIA_API std::string Version();
 
 }  // namespace openfia

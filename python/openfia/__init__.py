@@ -44,6 +44,8 @@ __all__ = [
     "simd_target",
     "set_kernel",
     "get_kernel",
+    "set_npu_strict",
+    "get_npu_strict",
     "available_kernels",
     "version",
     "fia_output_spec",
@@ -99,6 +101,20 @@ def get_kernel() -> str:
 def available_kernels() -> list:
     """The attention kernels compiled into this build whose instructions this CPU runs."""
     return list(_openfia.available_kernels())
+
+
+def set_npu_strict(on: bool) -> None:
+    """NPU-strict mode (default off; also OPENFIA_NPU_STRICT=1): every NPU hardware limit openfia
+    relaxes (any D, any block_size, head ratios over 64, no B/N/S limits, float32, any cache form
+    with any layout, ...; each operator's documentation lists them) is enforced with the NPU's
+    rule, so a call the NPU would reject raises OpenfiaError (code "unsupported") naming the
+    argument, the rule with its product line, and the value."""
+    _openfia.set_npu_strict(on)
+
+
+def get_npu_strict() -> bool:
+    """Whether NPU-strict mode is on (an invalid OPENFIA_NPU_STRICT raises OpenfiaError)."""
+    return _openfia.get_npu_strict()
 
 
 def version() -> str:

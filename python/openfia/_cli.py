@@ -27,11 +27,14 @@ commands:
            openfia.patch_torch_npu() is applied first, so its `import torch_npu` and operator
            calls go to openfia; without a real torch_npu, `.npu()`, torch.npu, "npu" device
            strings and `import torchair` work too, and any other torch_npu.X is an error
-           naming X. The script gets its own arguments and exit status.
+           naming X. The script gets its own arguments and exit status. `run --strict` turns
+           NPU-strict mode on: a call the NPU would reject (a limit openfia relaxes) raises an
+           error naming the NPU's rule.
   bench    Benchmarks openfia against PyTorch compositions of the same attention on
            model-shaped workloads and writes a report (`bench --help` for its options).
   info     Prints the version, the SIMD target in use and those this CPU can run, the thread
-           count, and every OPENFIA_* environment variable with its value and meaning."""
+           count, NPU-strict mode, and every OPENFIA_* environment variable with its value and
+           meaning."""
 
 # Every environment variable openfia reads: (name, who reads it, default, meaning). A test checks
 # that this list names every OPENFIA_* variable the sources read.
@@ -48,6 +51,10 @@ ENVIRONMENT = (
      "the highest SIMD target the engine may use: scalar, avx2, avx512, avx512bf16, avx512fp16, "
      "amx, neon, neonbf16, sve or best (another architecture's names cap to scalar); read at "
      "the first call, where any other value is an error naming the variable"),
+    ("OPENFIA_NPU_STRICT", "library", "0",
+     "NPU-strict mode: 1 or true enforces every NPU hardware limit openfia relaxes (a call the "
+     "NPU would reject is an error naming the NPU's rule), 0 or false does not; read at the "
+     "first call, where any other value is an error naming the variable"),
     ("OPENFIA_KERNEL", "library", "each call's kernel picked from the SIMD target's list",
      "forces one attention kernel for every work item (for tests and measurements); a call "
      "the kernel cannot run is then an error naming why"),
@@ -92,13 +99,18 @@ def _parser():
     return p
 
 
-RUN_HELP = f"""usage: {PROG} run script.py [args...]
-       {PROG} run -m module [args...]
+RUN_HELP = f"""usage: {PROG} run [--strict] script.py [args...]
+       {PROG} run [--strict] -m module [args...]
 
 Runs an Ascend script (or module) unchanged on the CPU: openfia.patch_torch_npu() first, then
 the script as __main__ with sys.argv = [script, args...] (as `python script.py args...` would).
 Everything after the script or module name goes to it, options included. The exit status is
-the script's."""
+the script's.
+
+options:
+  --strict  NPU-strict mode (openfia.set_npu_strict(True)): every NPU hardware limit openfia
+            relaxes is enforced, so a call the NPU would reject raises an error naming the
+            NPU's rule."""
 
 
 def _run(argv):
@@ -111,6 +123,12 @@ def _run(argv):
     if argv[0] in ("-h", "--help"):
         print(RUN_HELP)
         return 0
+    strict = argv[0] == "--strict"
+    if strict:
+        argv = argv[1:]
+        if not argv:
+            raise UsageError("run --strict: the script to run is missing (run --strict "
+                             "script.py or run --strict -m module)")
     if argv[0] == "-m":
         if len(argv) < 2:
             raise UsageError("run -m: the module to run is missing")
@@ -129,6 +147,8 @@ def _run(argv):
 
     import openfia
 
+    if strict:
+        openfia.set_npu_strict(True)
     openfia.patch_torch_npu()
     if argv[0] == "-m":
         sys.argv = [argv[1]] + argv[2:]
@@ -184,6 +204,11 @@ def info(out=sys.stdout):
         w(f"attention kernels this CPU runs: {', '.join(kernels())}\n")
     w(f"threads: {_setting(openfia.get_num_threads)}\n")
     w(f"implementation: {_setting(openfia.get_impl)}\n")
+    strict = _setting(openfia.get_npu_strict)
+    if isinstance(strict, bool):
+        strict = ("on: NPU hardware limits are enforced" if strict
+                  else "off: NPU hardware limits are relaxed")
+    w(f"NPU-strict mode: {strict}\n")
     try:
         import torch
     except ImportError:

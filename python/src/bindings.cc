@@ -252,6 +252,11 @@ NB_MODULE(_openfia, m) {
   m.def("set_kernel", [](const std::string& k) { openfia::SetKernel(k); }, nb::arg("name"));
   m.def("get_kernel", []() { return openfia::GetKernel(); });
   m.def("available_kernels", []() { return openfia::AvailableKernels(); });
+  m.def(
+      "set_npu_strict",
+      [](nb::handle on) { openfia::SetNpuStrict(ToBool(on, "set_npu_strict", "on")); },
+      nb::arg("on"));
+  m.def("get_npu_strict", []() { return openfia::GetNpuStrict(); });
   m.def("version", []() { return openfia::Version(); });
   RegisterKvqsfa(m);
   RegisterSas(m);

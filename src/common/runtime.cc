@@ -1,6 +1,7 @@
 // openfia: process-wide runtime settings (implementation choice, threads, SIMD cap, forced
-// kernel). Each setting is validated where it is set: by its setter, or, for its environment
-// variable, when the variables are read (once, at the first use of any setting).
+// kernel, NPU-strict mode). Each setting is validated where it is set: by its setter, or, for
+// its environment variable, when the variables are read (once, at the first use of any
+// setting).
 #include "openfia/runtime.h"
 
 #include <pthread.h>
@@ -22,6 +23,7 @@ constexpr const char* kSimdCaps[] = {"scalar", "avx2",     "avx512", "avx512bf16
 constexpr const char* kSimdRule =
     "must be one of scalar, avx2, avx512, avx512bf16, avx512fp16, amx, neon, neonbf16, sve, best";
 constexpr const char* kImplRule = "must be one of ref, reference, engine, auto";
+constexpr const char* kStrictRule = "must be one of 0, 1, false, true";
 
 bool IsSimdCap(const std::string& s) {
   return s.empty() || std::find(std::begin(kSimdCaps), std::end(kSimdCaps), s) != std::end(kSimdCaps);
@@ -50,6 +52,7 @@ std::mutex g_simd_mu;
 std::string g_simd_cap;  // empty: best available
 std::atomic<bool> g_cap_bf16{false};  // g_simd_cap == "avx512bf16" (read per work item)
 std::string g_kernel;  // guarded by g_simd_mu; empty: the kernel lists
+std::atomic<bool> g_npu_strict{false};
 
 // An environment variable whose value is not accepted: its raw value, kept (read-only after
 // ReadEnv) for the error that every use of the setting raises until a setter replaces it.
@@ -57,7 +60,7 @@ struct BadEnv {
   std::atomic<bool> bad{false};
   std::string value;
 };
-BadEnv g_bad_impl, g_bad_threads, g_bad_simd;
+BadEnv g_bad_impl, g_bad_threads, g_bad_simd, g_bad_strict;
 
 void ThrowIfBad(const BadEnv& e, const char* var, const std::string& rule) {
   if (!e.bad.load(std::memory_order_acquire)) return;
@@ -85,6 +88,10 @@ void ReadEnv() {
   if (const std::string s = str(std::getenv("OPENFIA_SIMD")); !s.empty()) {
     if (IsSimdCap(s)) g_simd_cap = s;
     else g_bad_simd.value = s, g_bad_simd.bad = true;
+  }
+  if (const std::string s = str(std::getenv("OPENFIA_NPU_STRICT")); !s.empty()) {
+    if (s == "1" || s == "true") g_npu_strict = true;
+    else if (s != "0" && s != "false") g_bad_strict.value = s, g_bad_strict.bad = true;
   }
   g_cap_bf16 = g_simd_cap == "avx512bf16";
   g_kernel = str(std::getenv("OPENFIA_KERNEL"));
@@ -162,6 +169,17 @@ void SetKernelSetting(const std::string& name) {
   EnsureEnv();
   std::lock_guard<std::mutex> lk(g_simd_mu);
   g_kernel = name;
+}
+
+void SetNpuStrict(bool on) {
+  EnsureEnv();
+  g_npu_strict = on;
+  g_bad_strict.bad = false;
+}
+bool GetNpuStrict() {
+  EnsureEnv();
+  ThrowIfBad(g_bad_strict, "OPENFIA_NPU_STRICT", kStrictRule);
+  return g_npu_strict.load(std::memory_order_relaxed);
 }
 
 std::string Version() { return OPENFIA_VERSION; }

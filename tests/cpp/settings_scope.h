@@ -27,4 +27,15 @@ class ThreadsScope {
   int prev_;
 };
 
+class NpuStrictScope {
+ public:
+  explicit NpuStrictScope(bool on) : prev_(GetNpuStrict()) { SetNpuStrict(on); }
+  ~NpuStrictScope() { SetNpuStrict(prev_); }
+  NpuStrictScope(const NpuStrictScope&) = delete;
+  NpuStrictScope& operator=(const NpuStrictScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 }  // namespace openfia::testutil

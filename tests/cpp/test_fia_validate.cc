@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@
 #include "openfia/openfia.h"
 #include "ops/fused_infer_attention_score/fia_geometry.h"
 #include "ops/fused_infer_attention_score/fia_internal.h"
+#include "common/npu_strict.h"
+#include "settings_scope.h"
+#include "strict_check.h"
 #include "test_arena.h"
 
 namespace openfia::internal {
@@ -1683,6 +1687,243 @@ TEST(FiaCanonical, ListsAndMla) {
   EXPECT_EQ(p.k_rope.cache.ss, 8);
   EXPECT_TRUE(p.q_rope.present());
   EXPECT_FALSE(p.k.prefix.present());
+}
+
+// ------------------------------------------------------------------------------------------
+// NPU-strict mode: one call per relaxed NPU limit (fia_strict.cc), valid by default and rejected
+// in strict mode with that row's rule; NPU-valid calls pass in strict mode.
+// ------------------------------------------------------------------------------------------
+struct StrictCase {
+  std::string name;
+  std::string id;  // the row of fia_strict.cc
+  std::function<CallPtr()> make;
+  std::string argument;
+  std::string actual_has;
+};
+std::ostream& operator<<(std::ostream& os, const StrictCase& c) { return os << c.name; }
+
+// MLA (query_rope / key_rope) with an NZ cache in BSND: one batch of 7 keys, query head D `d`.
+CallPtr Mla(int64_t q_s, int64_t n, int64_t d, int64_t d_rope, int64_t bs) {
+  CallPtr m = Paged(5, 1, q_s, n, 1, d, bs, {7}, DType::kBFloat16, "BSND");
+  m->a.query_rope = m->ar.T(DType::kBFloat16, {1, q_s, n, d_rope});
+  m->a.key_rope = m->ar.T(DType::kBFloat16, {m->a.key.size(0), 1, d_rope / 16, bs, 16});
+  if (q_s > 1) {
+    m->a.sparse_mode = 3;
+    m->a.atten_mask = m->ar.CausalMask(DType::kUInt8, {1, 2048, 2048});
+  }
+  return m;
+}
+
+// int8 key/value with separate per-token parameters (both modes 1) on a BSH call.
+CallPtr SepPerToken(int64_t q_s, DType q_dtype) {
+  CallPtr c = Dense("BSH", 3, q_s, 3, 3, 32, 17, q_dtype);
+  c->a.key = c->ar.T(DType::kInt8, c->a.key.sizes);
+  c->a.value = c->ar.T(DType::kInt8, c->a.value.sizes);
+  c->a.key_antiquant_scale = c->ar.T(DType::kFloat32, {3, 17});
+  c->a.value_antiquant_scale = c->ar.T(DType::kFloat32, {3, 17});
+  c->a.key_antiquant_mode = c->a.value_antiquant_mode = 1;
+  return c;
+}
+
+// A packed (TND) bfloat16 call the NPU takes: N 8, D 192, value D 128, two batches of 4 rows.
+CallPtr Tnd(int64_t n = 8, int64_t d = 192, DType dt = DType::kBFloat16, int64_t q_s = 4,
+            int64_t kv_s = 4) {
+  return Dense("TND", 2, q_s, n, n, d, kv_s, dt, 128);
+}
+
+std::vector<StrictCase> StrictCases() {
+  using C = Call&;
+  constexpr DType f16 = DType::kFloat16, bf16 = DType::kBFloat16;
+  return {
+      {"Float32Query", "fia.dtype-float32",
+       [] { return Dense("BSH", 3, 17, 3, 3, 16, 17, DType::kFloat32); }, "query", "float32"},
+      {"DAbove512", "fia.d-max", [] { return Dense("BNSD", 1, 2, 1, 1, 528, 4); }, "query",
+       "D = 528"},
+      {"DNotAlignedPrompt", "fia.d-align", [] { return Dense("BSH", 3, 17, 3, 3, 17, 17); },
+       "query", "D = 17"},
+      {"Int4DNot64Aligned", "fia.d-int4",
+       [] {
+         CallPtr c = Antiquant(1, "BSND");
+         c->a.query = c->ar.T(DType::kFloat16, {3, 1, 3, 16});
+         c->a.key = c->ar.T(DType::kInt32, {3, 17, 3, 2});
+         c->a.value = c->ar.T(DType::kInt32, {3, 17, 3, 2});
+         c->a.antiquant_scale = TensorView();
+         c->a.key_antiquant_scale = c->ar.T(DType::kFloat16, {1, 3, 16});
+         c->a.value_antiquant_scale = c->ar.T(DType::kFloat32, {1, 3, 17});
+         c->a.value_antiquant_mode = 1;
+         return c;
+       },
+       "key", "D = 16"},
+      {"BlockSizePrompt", "fia.block-size-prompt",
+       [] { return Paged(3, 3, 4, 3, 1, 32, 3, {7, 1, 5}, f16, "BNSD"); }, "block_size", "3"},
+      {"BlockSizeIncre", "fia.block-size-incre", [] { return Paged(3); }, "block_size",
+       "3 with float16 key"},
+      {"BlockSizeMla", "fia.block-size-mla", [] { return Mla(4, 32, 512, 64, 32); }, "block_size",
+       "32 with an NZ cache"},
+      {"BatchAbove65536", "fia.batch-max", [] { return Dense("BSH", 65537, 1, 1, 1, 16, 1); },
+       "query", "B = 65537"},
+      {"HeadsAbove256", "fia.heads-max", [] { return Dense("BSH", 1, 1, 257, 1, 16, 1); },
+       "num_heads", "257"},
+      {"KvSAbove262144Incre", "fia.seq-max",
+       [] { return Dense("BSH", 1, 1, 1, 1, 0, 262145); }, "key", "KV_S = 262145"},
+      {"QSAbove20MPrompt", "fia.seq-max", [] { return Dense("BSH", 1, 20971521, 1, 1, 0, 1); },
+       "query", "Q_S = 20971521"},
+      {"NTimesDBsh", "fia.nd-max", [] { return Dense("BSH", 1, 2, 256, 256, 256, 2); }, "query",
+       "N * D = 65536"},
+      {"Paged3KvNTimesD", "fia.paged3-kvnd",
+       [] { return Paged(3, 1, 1, 128, 128, 512, 16, {16}, f16); }, "key",
+       "KV_N * D = 65536"},
+      {"GroupAbove64", "fia.group-max", [] { return Dense("BSH", 1, 1, 65, 1, 16, 1); },
+       "num_key_value_heads", "= 65"},
+      {"PagedIncreKeyAboveInt32", "fia.kv-numel",
+       [] {
+         // Validation reads no key element: a view of 2^31 + 16 * 64 elements over a small
+         // buffer is enough to be analysed.
+         CallPtr c = Paged(3, 1, 1, 1, 1, 64, 16, {16}, f16);
+         const int64_t bn = (int64_t{1} << 31) / (16 * 64) + 1;
+         c->a.key = TensorView(c->a.key.data, f16, {bn, 16, 64});
+         c->a.value = TensorView(c->a.value.data, f16, {bn, 16, 64});
+         return c;
+       },
+       "key", "2147484672 elements"},
+      {"Paged4CacheWithBsh", "fia.cache-layout",
+       [] { return Paged(4, 3, 4, 3, 1, 32, 128, {7, 1, 5}, f16, "BSH"); }, "key",
+       "4-D cache"},
+      {"TndTAbove65536", "fia.tnd-t-max", [] { return Dense("TND", 1, 65537, 1, 1, 0, 1); },
+       "query", "T = 65537"},
+      {"TndHeads", "fia.tnd-heads", [] { return Tnd(3); }, "num_heads", "3"},
+      {"TndGqa", "fia.tnd-heads",
+       [] { return Dense("TND", 2, 4, 8, 4, 192, 4, bf16, 128); }, "num_key_value_heads",
+       "4 vs num_heads 8"},
+      {"TndDims", "fia.tnd-dims", [] { return Tnd(8, 16); }, "query", "D = 16"},
+      {"TndFloat16", "fia.tnd-dtype", [] { return Tnd(8, 192, f16); }, "query", "float16"},
+      {"TndPaged", "fia.tnd-paged",
+       [] {
+         CallPtr c = Paged(3, 3, 4, 8, 8, 192, 128, {7, 1, 5}, bf16, "TND");
+         c->a.actual_seq_lengths = std::vector<int64_t>{4, 8, 12};
+         return c;
+       },
+       "block_table", "block_table given"},
+      {"TndSparseMode4", "fia.tnd-sparse-mode",
+       With([] { return Tnd(); },
+            [](C c) {
+              c.a.sparse_mode = 4;
+              c.a.atten_mask = c.ar.CausalMask();
+            }),
+       "sparse_mode", "4"},
+      {"TndMode3QNotBelowKv", "fia.tnd-mode3-lengths",
+       With([] { return Tnd(); },
+            [](C c) {
+              c.a.sparse_mode = 3;
+              c.a.atten_mask = c.ar.CausalMask();
+            }),
+       "actual_seq_lengths", "batch 0: 4 query rows, 4 key rows"},
+      {"MlaRopeD", "fia.mla-dims", [] { return Mla(4, 32, 512, 16, 128); }, "query_rope",
+       "D = 16"},
+      {"MlaD", "fia.mla-dims", [] { return Mla(4, 32, 256, 64, 128); }, "query", "D = 256"},
+      {"MlaQSAbove16", "fia.mla-q-s", [] { return Mla(17, 32, 512, 64, 128); }, "query",
+       "Q_S = 17"},
+      {"MlaHeads", "fia.mla-heads", [] { return Mla(1, 16, 512, 64, 128); }, "num_heads", "16"},
+      {"MlaDense", "fia.mla-paged",
+       [] {
+         CallPtr c = Dense("BSND", 1, 1, 32, 1, 512, 4, bf16);
+         c->a.query_rope = c->ar.T(bf16, {1, 1, 32, 64});
+         c->a.key_rope = c->ar.T(bf16, {1, 4, 1, 64});
+         return c;
+       },
+       "block_table", "None"},
+      {"SeparateAntiquantFloat16QueryPrompt", "fia.kvsep-q-dtype",
+       [] { return SepPerToken(4, f16); }, "query", "float16 with Q_S > 1"},
+      {"SeparateAntiquantK0V1Bfloat16", "fia.kvsep-q-dtype",
+       [] {
+         CallPtr c = Dense("BSND", 3, 1, 3, 3, 32, 17, bf16);
+         c->a.key = c->ar.T(DType::kInt8, c->a.key.sizes);
+         c->a.value = c->ar.T(DType::kInt8, c->a.value.sizes);
+         c->a.key_antiquant_scale = c->ar.T(bf16, {1, 3, 32});
+         c->a.value_antiquant_scale = c->ar.T(DType::kFloat32, {1, 3, 17});
+         c->a.value_antiquant_mode = 1;
+         return c;
+       },
+       "query", "bfloat16 with int8 key/value, key mode 0, value mode 1"},
+      {"SeparateAntiquantQSAbove16", "fia.kvsep-q-s", [] { return SepPerToken(17, bf16); },
+       "query", "Q_S = 17"},
+      {"Int4PerTensorHead", "fia.int4-modes",
+       [] {
+         CallPtr c = Dense("BSND", 3, 1, 3, 3, 64, 17, f16);
+         c->a.key = c->ar.T(DType::kInt32, {3, 17, 3, 8});
+         c->a.value = c->ar.T(DType::kInt32, {3, 17, 3, 8});
+         c->a.key_antiquant_scale = c->ar.T(f16, {3});
+         c->a.value_antiquant_scale = c->ar.T(f16, {3});
+         c->a.key_antiquant_mode = c->a.value_antiquant_mode = 2;
+         return c;
+       },
+       "key_antiquant_mode", "mode 2"},
+      {"LegacyAntiquantBfloat16Prompt", "fia.legacy-q-dtype",
+       [] {
+         CallPtr c = Dense("BSH", 3, 4, 3, 3, 32, 17, bf16);
+         c->a.key = c->ar.T(DType::kInt8, c->a.key.sizes);
+         c->a.value = c->ar.T(DType::kInt8, c->a.value.sizes);
+         c->a.antiquant_scale = c->ar.T(bf16, {2, 96});
+         return c;
+       },
+       "query", "bfloat16 with Q_S = 4"},
+      {"ValueDDiffers", "fia.value-d", [] { return Dense("BSH", 3, 4, 3, 3, 16, 17, f16, 32); },
+       "value", "D = 32 vs key D = 16"},
+      {"PseIncreDNot16", "fia.pse-d16",
+       With([] { return Dense("BSH", 3, 1, 3, 3, 8, 17); },
+            [](C c) { c.a.pse_shift = c.ar.T(DType::kFloat16, {3, 3, 1, 17}); }),
+       "pse_shift", "D = 8"},
+      {"PerTokenScalesPaged", "fia.per-token-paged",
+       [] {
+         CallPtr c = Paged(4, 3, 1, 3, 1, 32, 32, {7, 1, 5}, DType::kInt8);
+         c->a.key_antiquant_scale = c->ar.T(DType::kFloat32, {1, 3, 32});
+         c->a.value_antiquant_scale = c->ar.T(DType::kFloat32, {1, 3, 32});
+         c->a.key_antiquant_mode = c->a.value_antiquant_mode = 1;
+         return c;
+       },
+       "key_antiquant_mode", "1"},
+      {"NbsdOutputWithoutMla", "fia.out-layout-nbsd",
+       [] { return Dense("BSH_NBSD", 3, 4, 3, 3, 16, 17); }, "input_layout",
+       "BSH_NBSD without MLA"},
+      {"SinksFloat16", "fia.sinks",
+       With([] { return Dense("BSH", 3, 4, 3, 3, 16, 17); },
+            [](C c) { c.a.sinks = c.ar.T(DType::kFloat16, {3}); }),
+       "sinks", "float16"},
+  };
+}
+
+class FiaStrict : public ::testing::TestWithParam<StrictCase> {};
+
+TEST_P(FiaStrict, DefaultAcceptsStrictRejectsWithTheNpuRule) {
+  const StrictCase& sc = GetParam();
+  CallPtr c = sc.make();
+  testutil::ExpectStrictRejects([&] { Validate(c->a); }, sc.id, "Atlas A2/A3", sc.argument,
+                                sc.actual_has);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, FiaStrict, ::testing::ValuesIn(StrictCases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(FiaStrictRows, EveryRowHasACase) {
+  std::set<std::string> cased;
+  for (const StrictCase& c : StrictCases()) cased.insert(c.id);
+  const std::vector<std::string> ids = FiaNpuLimitIds();
+  EXPECT_EQ(cased, std::set<std::string>(ids.begin(), ids.end()));
+}
+
+TEST(FiaStrictAccepts, CallsTheNpuTakes) {
+  testutil::NpuStrictScope on(true);
+  constexpr DType f16 = DType::kFloat16, bf16 = DType::kBFloat16;
+  std::vector<CallPtr> calls;
+  calls.push_back(Dense("BNSD", 2, 4, 32, 8, 128, 64, f16));                    // GQA prompt
+  calls.push_back(Dense("BSH", 2, 1, 32, 8, 128, 64, bf16));                    // decode
+  calls.push_back(Paged(3, 2, 1, 32, 8, 128, 128, {100, 50}, bf16));            // paged decode
+  calls.push_back(Paged(3, 2, 4, 32, 8, 128, 128, {100, 50}, f16, "BSH"));      // paged prompt
+  calls.push_back(Paged(4, 2, 4, 32, 8, 128, 256, {300, 50}, bf16, "BNSD"));   // 4-D cache
+  calls.push_back(Tnd());                                                       // TND
+  calls.push_back(Mla(4, 32, 512, 64, 128));                                    // MLA
+  calls.push_back(SepPerToken(4, bf16));           // separate per-token antiquant, Q_S > 1
+  for (const CallPtr& c : calls) EXPECT_NO_THROW(Validate(c->a)) << c->a.input_layout;
 }
 
 }  // namespace

@@ -5,10 +5,14 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "openfia/openfia.h"
+#include "common/npu_strict.h"
+#include "settings_scope.h"
+#include "strict_check.h"
 #include "test_kvqsfa_util.h"
 
 namespace openfia {
@@ -382,6 +386,90 @@ TEST(KvqsfaValidate, OutputShapeDTypeContiguity) {
   expect(TensorView(out.data(), DType::kFloat16, {2, 2, 2, 512}));
   expect(TensorView(out.data(), DType::kBFloat16, {2, 2, 2, 512}, {2048, 1024, 1, 2}));
   expect(TensorView());
+}
+
+// ---- NPU-strict mode: one call per relaxed NPU limit (kvqsfa_strict.cc) ----
+struct StrictCase {
+  std::string id;  // the row of kvqsfa_strict.cc
+  std::function<Built()> make;
+  std::string argument, actual_has;
+};
+
+// The product lines each row's rule names.
+std::string Products(const std::string& id) {
+  if (id == "kvqsfa.sparse-block-size") return "Atlas A2/A3: [1, 16]; Ascend 950: 1";
+  if (id == "kvqsfa.hifloat8-sparse-size") return "Ascend 950";
+  return "Atlas A2/A3 and Ascend 950";
+}
+
+Built Strided(Case c) {
+  Built B = Build(c);
+  B.query_wide.assign(B.query.size() * 2, 0);
+  return B;
+}
+
+std::vector<StrictCase> StrictCases() {
+  auto with = [](Case c, const std::function<void(Case&)>& f) {
+    f(c);
+    return c;
+  };
+  return {
+      {"kvqsfa.sparse-block-size",
+       [=] { return Build(with(Small(), [](Case& c) { c.sparse_block_size = 32; })); },
+       "sparse_block_size", "32"},
+      {"kvqsfa.sparse-block-size",
+       [=] {
+         return Build(with(SmallPa(), [](Case& c) { c.sparse_block_size = 16, c.block_size = 40; }));
+       },
+       "sparse_block_size", "16 with block_size 40"},
+      {"kvqsfa.product",
+       [=] {
+         return Build(with(Small(), [](Case& c) {
+           c.kvdt = DType::kFloat8E4M3, c.sparse_block_size = 2;
+         }));
+       },
+       "sparse_block_size", "2 with float8_e4m3fn key"},
+      {"kvqsfa.product",
+       [=] { return Build(with(Small(), [](Case& c) { c.heads = 48, c.sparse_block_size = 4; })); },
+       "sparse_block_size", "4 with Q_N = 48"},
+      {"kvqsfa.product",
+       [=] { return Build(with(Small(), [](Case& c) { c.sinks = true, c.sparse_block_size = 2; })); },
+       "sparse_block_size", "2 with sinks"},
+      {"kvqsfa.block-size", [=] { return Build(with(SmallPa(), [](Case& c) { c.block_size = 24; })); },
+       "key", "block_size = 24"},
+      {"kvqsfa.hifloat8-sparse-size",
+       [=] { return Build(with(Small(), [](Case& c) { c.kvdt = DType::kHiFloat8; })); },
+       "sparse_indices", "sparse_size = 4"},
+      {"kvqsfa.contiguous", [=] { return Strided(Small()); }, "query", "strides"},
+  };
+}
+
+TEST(KvqsfaStrict, DefaultAcceptsStrictRejectsWithTheNpuRule) {
+  std::set<std::string> cased;
+  for (const StrictCase& sc : StrictCases()) {
+    SCOPED_TRACE(sc.id);
+    cased.insert(sc.id);
+    Built B = sc.make();
+    const KvqsfaArgs a = B.Args();
+    testutil::ExpectStrictRejects([&] { KvQuantSparseFlashAttentionOutputSpec(a); }, sc.id,
+                                  Products(sc.id), sc.argument, sc.actual_has);
+  }
+  const std::vector<std::string> ids = internal::KvqsfaNpuLimitIds();
+  EXPECT_EQ(cased, std::set<std::string>(ids.begin(), ids.end()));
+}
+
+TEST(KvqsfaStrict, AcceptsCallsTheNpuTakes) {
+  testutil::NpuStrictScope on(true);
+  Case blockwise = SmallPa();  // A2/A3: int8, sparse_block_size dividing block_size
+  blockwise.sparse_block_size = 4;
+  Case fp8 = Small();  // 950: float8 with sinks and 48 heads, token-wise
+  fp8.kvdt = DType::kFloat8E4M3, fp8.sinks = true, fp8.heads = 48;
+  Case hif8 = SmallTnd();  // 950: hifloat8 with sparse_size 2048
+  hif8.kvdt = DType::kHiFloat8, hif8.topk = 2048;
+  for (const Case& c : {Small(), blockwise, fp8, hif8}) {
+    Built B = Build(c);
+    EXPECT_NO_THROW(KvQuantSparseFlashAttentionOutputSpec(B.Args())) << c.layout_kv;
+  }
 }
 
 }  // namespace

@@ -4,8 +4,12 @@
 
 #include <cmath>
 #include <functional>
+#include <set>
 #include <string>
 
+#include "common/npu_strict.h"
+#include "settings_scope.h"
+#include "strict_check.h"
 #include "test_sas_fixture.h"
 
 namespace openfia::sas_test {
@@ -221,6 +225,97 @@ TEST(SasValidate, Outputs) {
   EXPECT_EQ(bs.softmax_lse_sizes, (std::vector<int64_t>{2, 1, 4, 4}));
   b.a.return_softmax_lse = false;
   EXPECT_EQ(SparseAttnSharedkvOutputSpec(b.a).softmax_lse_sizes, (std::vector<int64_t>{1}));
+}
+
+// ---- NPU-strict mode: one call per relaxed NPU limit (sas_strict.cc) ----
+// An SCFA call the NPU takes: bfloat16, N1 64, D 512, block sizes 16, K2 512.
+SasFixture NpuShaped() {
+  SasFixture f;
+  f.tnd = true;
+  f.dtype = DType::kBFloat16;
+  f.n1 = 64, f.d = 512;
+  f.q_len = {3, 4};
+  f.kv_len = {40, 9};
+  f.bs1 = f.bs2 = 16;
+  f.ratio = 4, f.k2 = 512;
+  f.poison = false;
+  return f;
+}
+
+struct StrictCase {
+  std::string id;  // the row of sas_strict.cc
+  std::function<void(SasFixture&)> change;
+  std::string argument, actual_has;
+};
+
+std::vector<StrictCase> StrictCases() {
+  return {
+      {"sas.heads", [](SasFixture& f) { f.n1 = 4; }, "q", "N1 = 4"},
+      {"sas.head-dim", [](SasFixture& f) { f.d = 64; }, "q", "D = 64"},
+      {"sas.block-size", [](SasFixture& f) { f.bs1 = 8; }, "ori_kv", "block_size = 8"},
+      {"sas.block-size", [](SasFixture& f) { f.bs2 = 24; }, "cmp_kv", "block_size = 24"},
+      {"sas.topk", [](SasFixture& f) { f.k2 = 5; }, "cmp_sparse_indices", "K2 = 5"},
+      {"sas.dtype", [](SasFixture& f) { f.dtype = DType::kFloat32; }, "q", "float32"},
+      {"sas.contiguous", nullptr, "q", "strides"},
+  };
+}
+
+TEST(SasStrict, DefaultAcceptsStrictRejectsWithTheNpuRule) {
+  std::set<std::string> cased;
+  for (const StrictCase& sc : StrictCases()) {
+    SCOPED_TRACE(sc.id + " " + sc.argument);
+    cased.insert(sc.id);
+    SasFixture f = NpuShaped();
+    if (sc.change) sc.change(f);
+    SasArgs a = f.Build();
+    std::vector<uint16_t> wide;
+    if (!sc.change) {  // q's tokens twice as far apart as its rows need (bfloat16 elements)
+      wide.assign(f.qbuf.size(), 0);
+      a.q = TensorView(wide.data(), a.q.dtype, {f.T(), f.n1, f.d}, {2 * f.n1 * f.d, f.d, 1});
+    }
+    testutil::ExpectStrictRejects([&] { SparseAttnSharedkvOutputSpec(a); }, sc.id, "Atlas A3",
+                                  sc.argument, sc.actual_has);
+  }
+  const std::vector<std::string> ids = internal::SasNpuLimitIds();
+  EXPECT_EQ(cased, std::set<std::string>(ids.begin(), ids.end()));
+}
+
+TEST(SasStrict, AcceptsTheNpuShapedCallAndItsMetadata) {
+  testutil::NpuStrictScope on(true);
+  SasFixture f = NpuShaped();
+  const SasArgs a = f.Build();
+  EXPECT_NO_THROW(SparseAttnSharedkvOutputSpec(a));
+  std::vector<int32_t> meta(1024);
+  EXPECT_NO_THROW(SparseAttnSharedkvMetadata(f.MetaArgs(2),
+                                             TensorView(meta.data(), DType::kInt32, {1024})));
+}
+
+TEST(SasStrict, MetadataOpNamesItsScalars) {
+  SasFixture f = NpuShaped();
+  f.Build();
+  std::vector<int32_t> meta(1024);
+  const TensorView m(meta.data(), DType::kInt32, {1024});
+  const std::pair<std::function<void(SasMetadataArgs&)>, const char*> cases[] = {
+      {[](SasMetadataArgs& a) { a.num_heads_q = 4; }, "num_heads_q"},
+      {[](SasMetadataArgs& a) { a.head_dim = 64; }, "head_dim"},
+      {[](SasMetadataArgs& a) { a.cmp_topk = 5; }, "cmp_topk"},
+  };
+  for (const auto& [change, argument] : cases) {
+    SasMetadataArgs a = f.MetaArgs(2);
+    change(a);
+    {
+      testutil::NpuStrictScope off(false);
+      EXPECT_NO_THROW(SparseAttnSharedkvMetadata(a, m)) << argument;
+    }
+    testutil::NpuStrictScope on(true);
+    try {
+      SparseAttnSharedkvMetadata(a, m);
+      ADD_FAILURE() << "strict mode accepted " << argument;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -302,9 +302,10 @@ def test_an_exception_on_one_rank_reaches_every_rank(where, kind, tmp_path):
 def settings_child(var):
     """Child role: the first use of the settings with an invalid variable must raise an
     OpenfiaError naming it; a setter then replaces it."""
+    get = {"OPENFIA_NUM_THREADS": openfia.get_num_threads, "OPENFIA_SIMD": openfia.simd_target,
+           "OPENFIA_IMPL": openfia.get_impl, "OPENFIA_NPU_STRICT": openfia.get_npu_strict}[var]
     try:
-        openfia.get_num_threads() if var == "OPENFIA_NUM_THREADS" else \
-            openfia.simd_target() if var == "OPENFIA_SIMD" else openfia.get_impl()
+        get()
     except openfia.OpenfiaError as e:
         assert e.argument == var, str(e)
         print("raised:", e)
@@ -315,7 +316,8 @@ def settings_child(var):
 @pytest.mark.parametrize("var,value", [
     ("OPENFIA_NUM_THREADS", "3.7"), ("OPENFIA_NUM_THREADS", "4294967297"),
     ("OPENFIA_NUM_THREADS", "100000"), ("OPENFIA_NUM_THREADS", "-2"),
-    ("OPENFIA_SIMD", "bogus"), ("OPENFIA_IMPL", "bogus")])
+    ("OPENFIA_SIMD", "bogus"), ("OPENFIA_IMPL", "bogus"), ("OPENFIA_NPU_STRICT", "yes"),
+    ("OPENFIA_NPU_STRICT", "2")])
 def test_invalid_environment_variables_are_errors_naming_them(var, value):
     out = expect_child_ok(run_child("settings", var, env={var: value}))
     assert value in out and "must be" in out

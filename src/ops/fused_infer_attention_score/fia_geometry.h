@@ -106,4 +106,9 @@ struct FiaGeometry {
 // every memory index in range; the result points into `args`, which must outlive it.
 FiaGeometry AnalyzeFia(const FiaArgs& args);
 
+// fia_strict.cc: NPU-strict mode's rows (the NPU limits openfia relaxes); throws
+// Error(kUnsupported) for the first one an analysed call breaks. AnalyzeFia calls it last when
+// GetNpuStrict().
+void EnforceFiaNpuLimits(const FiaArgs& args, const FiaGeometry& g);
+
 }  // namespace openfia::internal

@@ -5,7 +5,8 @@
 // and attribute values, through each argument alone (dtype, rank, contiguity) and consistency
 // between arguments (shapes, lengths, indices into memory), to the feature combinations the source
 // marks unsupported (kUnsupported); the order of the stages is the order in which rules fire.
-// NPU-only hardware limits are relaxed (listed in docs/fused_infer_attention_score.md).
+// NPU-only hardware limits are relaxed (listed in docs/fused_infer_attention_score.md); strict
+// mode enforces them last (fia_strict.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "common/check.h"
 #include "common/numeric.h"
+#include "openfia/runtime.h"
 #include "ops/fused_infer_attention_score/fia_geometry.h"
 #include "ops/fused_infer_attention_score/fia_internal.h"
 
@@ -350,6 +352,7 @@ class Analyzer {
     ReadPostQuant();
     CheckRemainingCombinations();
     MakeOutputSpec();
+    if (GetNpuStrict()) EnforceFiaNpuLimits(a_, g_);
     return std::move(g_);
   }
 

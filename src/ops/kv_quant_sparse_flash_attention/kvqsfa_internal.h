@@ -38,6 +38,11 @@ struct KvqsfaShape {
 // prove every memory access in range.
 KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& args);
 
+// kvqsfa_strict.cc: NPU-strict mode's rows (the NPU limits openfia relaxes); throws
+// Error(kUnsupported) for the first one a validated call breaks. ValidateKvqsfa calls it last
+// when GetNpuStrict().
+void EnforceKvqsfaNpuLimits(const KvqsfaArgs& args, const KvqsfaShape& shape);
+
 // Which entries of one sparse_indices row are read (docs/semantics.md 2.3). Query row s1
 // (0 <= s1 < q_len) of a batch with q_len query rows and kv_len KV tokens may attend tokens below
 // `threshold`: kv_len in sparse_mode 0, kv_len - q_len + s1 + 1 in sparse_mode 3 (right-down

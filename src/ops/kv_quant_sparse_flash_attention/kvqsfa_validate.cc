@@ -1,7 +1,8 @@
 // openfia: KvQuantSparseFlashAttention argument validation. Order: presence, attributes, dtypes
 // and shapes, sequence lengths, paging, index contents. Sources: the torch_npu documentation of
 // npu_kv_quant_sparse_flash_attention and docs/semantics.md 2; every index that addresses memory
-// is checked (docs/semantics.md 4).
+// is checked (docs/semantics.md 4). NPU hardware limits are relaxed; strict mode enforces them
+// last (kvqsfa_strict.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "common/check.h"
 #include "common/views.h"
+#include "openfia/runtime.h"
 #include "ops/kv_quant_sparse_flash_attention/kvqsfa_internal.h"
 
 namespace openfia::internal {
@@ -337,6 +339,7 @@ KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& a) {
   sh.spec.attention_out_dtype = q.dtype;
   sh.spec.attention_out_sizes = q.sizes;
   sh.spec.attention_out_sizes.back() = kKvqNope;
+  if (GetNpuStrict()) EnforceKvqsfaNpuLimits(a, sh);
   return sh;
 }
 

@@ -48,6 +48,11 @@ inline constexpr int64_t kSasMaxPlanTokens = int64_t{1} << 22;
 SasConfig ValidateSasMetadata(const SasMetadataArgs& args);
 SasOutputSpec ValidateSas(const SasArgs& args, SasConfig* config);
 
+// sas_strict.cc: NPU-strict mode's rows (the NPU limits openfia relaxes); throws
+// Error(kUnsupported) for the first one a validated call breaks (`args` null: the metadata op,
+// whose configuration has no tensors). Both validations call it last when GetNpuStrict().
+void EnforceSasNpuLimits(const SasArgs* args, const SasConfig& config);
+
 // sas_canonicalize.cc: the validated call as a Problem (ori cache = k = v, paged; cmp cache =
 // k2 = v2, paged; one key list per valid query row: window tokens, then compressed entries).
 // `lse` is absent unless return_softmax_lse.

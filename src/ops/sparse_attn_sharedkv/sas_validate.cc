@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "common/views.h"
+#include "openfia/runtime.h"
 #include "openfia/sparse_attn_sharedkv.h"
 #include "ops/sparse_attn_sharedkv/sas_internal.h"
 
@@ -268,6 +269,7 @@ SasConfig ValidateSasMetadata(const SasMetadataArgs& a) {
   } else {
     c.kv_len.assign(c.batch, a.max_seqlen_kv);  // "不输入则所有token均参与运算"
   }
+  if (GetNpuStrict()) EnforceSasNpuLimits(nullptr, c);
   return c;
 }
 
@@ -430,6 +432,7 @@ SasOutputSpec ValidateSas(const SasArgs& a, SasConfig* cfg) {
   } else {
     spec.softmax_lse_sizes = {1};
   }
+  if (GetNpuStrict()) EnforceSasNpuLimits(&a, c);
   return spec;
 }
 
