@@ -243,7 +243,7 @@ void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t
   const std::vector<double> q = LoadQuery(p, b, h, row);
   std::vector<double> s(keys.size());
   for (size_t n = 0; n < keys.size(); ++n) {
-    const float* k = &g.k[keys[n] * g.dk];
+    const float* k = g.k.data() + keys[n] * g.dk;
     double dot = 0.0;
     for (int64_t d = 0; d < g.dk; ++d) dot += q[d] * k[d];
     s[n] = dot * p.scale + Pse(p, b, h, i, keys[n]);  // scale, then pse (docs/semantics.md 1.2)
@@ -264,7 +264,7 @@ void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t
     l += e;  // the row sum uses the unrounded probabilities
     // docs/semantics.md 1.2: the unnormalized P is cast to the query dtype before P*V.
     const double pw = round_p ? RoundTo(static_cast<float>(e), p.q.elem) : e;
-    const float* v = &g.v[keys[n] * g.dv];
+    const float* v = g.v.data() + keys[n] * g.dv;  // (no element when the value head size is 0)
     for (int64_t d = 0; d < p.d_v; ++d) (*o)[d] += pw * v[d];
   }
   for (int64_t d = 0; d < p.d_v; ++d) (*o)[d] /= l;
@@ -286,7 +286,7 @@ void FullQuantRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int
 
   std::vector<float> s(keys.size());
   for (size_t n = 0; n < keys.size(); ++n) {
-    const float* k = &g.k[keys[n] * g.dk];
+    const float* k = g.k.data() + keys[n] * g.dk;
     int64_t acc = 0;  // the cube's int32 accumulator (never near overflow for d <= 2^10)
     for (int64_t d = 0; d < g.dk; ++d)
       acc += static_cast<int64_t>(q[d]) * static_cast<int64_t>(k[d]);
@@ -317,7 +317,7 @@ void FullQuantRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int
     if (std::isnan(pq)) { nan_row = true; break; }
     const int64_t p8 = static_cast<int64_t>(std::clamp(std::nearbyint(pq), -128.f, 127.f));
     // O_acc += P_i8 * V_i8 (int32 accumulate).
-    const float* v = &g.v[keys[n] * g.dv];
+    const float* v = g.v.data() + keys[n] * g.dv;  // (no element when the value head size is 0)
     for (int64_t d = 0; d < p.d_v; ++d) acc[d] += p8 * static_cast<int64_t>(v[d]);
   }
   o->assign(p.d_v, 0.0);

@@ -11,6 +11,43 @@
 
 namespace openfia::testutil {
 
+// The byte span a view addresses (0 for an absent or empty one).
+inline int64_t SpanBytes(const TensorView& t) {
+  if (!t.defined() || t.data == nullptr) return 0;
+  int64_t span = 1;
+  for (size_t i = 0; i < t.sizes.size(); ++i) {
+    if (t.sizes[i] <= 0) return 0;
+    span += (t.sizes[i] - 1) * std::max<int64_t>(0, t.strides[i]);
+  }
+  return span * ElementSize(t.dtype);
+}
+
+// A test that relabels a view (another dtype, larger sizes) to check the error for it must still
+// hand the library addressable memory: the operators copy their index tensors before they
+// validate them. The constructor notes what each view addresses; Back() gives every view that now
+// addresses more fresh memory holding its old bytes, zeros after.
+class Regrow {
+ public:
+  explicit Regrow(std::vector<TensorView*> views) : views_(std::move(views)) {
+    for (TensorView* v : views_) before_.push_back(SpanBytes(*v));
+  }
+  void Back() {
+    for (size_t i = 0; i < views_.size(); ++i) {
+      TensorView& v = *views_[i];
+      const int64_t now = SpanBytes(v);
+      if (now <= before_[i]) continue;
+      bufs_.emplace_back(static_cast<size_t>(now), 0);
+      if (before_[i] > 0) std::memcpy(bufs_.back().data(), v.data, static_cast<size_t>(before_[i]));
+      v.data = bufs_.back().data();
+    }
+  }
+
+ private:
+  std::vector<TensorView*> views_;
+  std::vector<int64_t> before_;
+  std::deque<std::vector<uint8_t>> bufs_;
+};
+
 class Arena {
  public:
   // A zero-filled tensor.

@@ -12,6 +12,7 @@
 #include "openfia/openfia.h"
 #include "common/npu_strict.h"
 #include "settings_scope.h"
+#include "test_arena.h"
 #include "strict_check.h"
 #include "test_kvqsfa_util.h"
 
@@ -28,7 +29,10 @@ void ExpectError(Built& B, const std::function<void(KvqsfaArgs&)>& mutate, const
   KvqsfaArgs a = B.Args();
   // Sanity: the unmutated call is valid, so the error below comes from the mutation.
   ASSERT_NO_THROW(KvQuantSparseFlashAttentionOutputSpec(a));
+  testutil::Regrow regrow({&a.sparse_indices, &a.block_table, &a.actual_seq_lengths_query,
+                           &a.actual_seq_lengths_kv});
   mutate(a);
+  regrow.Back();
   std::vector<uint16_t> out(1 << 20);
   try {
     KvQuantSparseFlashAttentionOutputSpec(a);

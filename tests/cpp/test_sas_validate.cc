@@ -10,6 +10,7 @@
 #include "common/npu_strict.h"
 #include "settings_scope.h"
 #include "strict_check.h"
+#include "test_arena.h"
 #include "test_sas_fixture.h"
 
 namespace openfia::sas_test {
@@ -38,7 +39,10 @@ void ExpectError(const std::function<void(Call&)>& mutate, const char* argument,
   SCOPED_TRACE(argument);
   Call c(tnd);
   ASSERT_NO_THROW(SparseAttnSharedkvOutputSpec(c.a));
+  testutil::Regrow regrow({&c.a.cu_seqlens_q, &c.a.seqused_kv, &c.a.ori_block_table,
+                           &c.a.cmp_block_table, &c.a.cmp_sparse_indices, &c.a.metadata});
   mutate(c);
+  regrow.Back();
   try {
     SparseAttnSharedkvOutputSpec(c.a);
     ADD_FAILURE() << "expected an error naming " << argument;
