@@ -25,17 +25,20 @@ inline int64_t SpanBytes(const TensorView& t) {
 // A test that relabels a view (another dtype, larger sizes) to check the error for it must still
 // hand the library addressable memory: the operators copy their index tensors before they
 // validate them. The constructor notes what each view addresses; Back() gives every view that now
-// addresses more fresh memory holding its old bytes, zeros after.
+// addresses more of its memory a fresh buffer holding its old bytes, zeros after.
 class Regrow {
  public:
   explicit Regrow(std::vector<TensorView*> views) : views_(std::move(views)) {
-    for (TensorView* v : views_) before_.push_back(SpanBytes(*v));
+    for (TensorView* v : views_) {
+      before_.push_back(SpanBytes(*v));
+      data_.push_back(v->data);
+    }
   }
   void Back() {
     for (size_t i = 0; i < views_.size(); ++i) {
       TensorView& v = *views_[i];
       const int64_t now = SpanBytes(v);
-      if (now <= before_[i]) continue;
+      if (v.data != data_[i] || now <= before_[i]) continue;  // new memory, or no more bytes
       bufs_.emplace_back(static_cast<size_t>(now), 0);
       if (before_[i] > 0) std::memcpy(bufs_.back().data(), v.data, static_cast<size_t>(before_[i]));
       v.data = bufs_.back().data();
@@ -45,6 +48,7 @@ class Regrow {
  private:
   std::vector<TensorView*> views_;
   std::vector<int64_t> before_;
+  std::vector<void*> data_;
   std::deque<std::vector<uint8_t>> bufs_;
 };
 
