@@ -124,6 +124,19 @@ inline float DotScaleP(const float* P, const float* s, const float* o, float bia
 // query's D / 8 vectors against each key's 8-channel broadcasts (one key row pointer per key
 // live), two accumulators per key for the VDPBF16PS latency. Returns block r = row r's scores of
 // the 4 keys.
+// out[i] holds keys 4i..4i+3 as 128-bit lanes of query rows 0..3; row[r] gets row r's 16
+// scores in key order (a 4 x 4 transpose of 128-bit lanes).
+inline void DotRowsOfFours(const __m512 out[4], __m512 row[4]) {
+  const __m512 t0 = _mm512_shuffle_f32x4(out[0], out[1], 0x44);
+  const __m512 t1 = _mm512_shuffle_f32x4(out[0], out[1], 0xEE);
+  const __m512 t2 = _mm512_shuffle_f32x4(out[2], out[3], 0x44);
+  const __m512 t3 = _mm512_shuffle_f32x4(out[2], out[3], 0xEE);
+  row[0] = _mm512_shuffle_f32x4(t0, t2, 0x88);
+  row[1] = _mm512_shuffle_f32x4(t0, t2, 0xDD);
+  row[2] = _mm512_shuffle_f32x4(t1, t3, 0x88);
+  row[3] = _mm512_shuffle_f32x4(t1, t3, 0xDD);
+}
+
 template <bool kLo>
 __attribute__((always_inline)) inline __m512 DotQk4(const uint32_t* q, const uint32_t* ql,
                                                     const char* const* k4, int64_t D) {
@@ -203,12 +216,8 @@ inline void DotQkRows(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
         for (int k = 0; k < 4; ++k) k4[k] = kr[std::min<int64_t>(n0 + 4 * i + k, nk - 1)];
         out[i] = DotQk4<kLo>(q, qq, k4, D);
       }
-      const __m512 t0 = _mm512_shuffle_f32x4(out[0], out[1], 0x44);
-      const __m512 t1 = _mm512_shuffle_f32x4(out[0], out[1], 0xEE);
-      const __m512 t2 = _mm512_shuffle_f32x4(out[2], out[3], 0x44);
-      const __m512 t3 = _mm512_shuffle_f32x4(out[2], out[3], 0xEE);
-      const __m512 row[4] = {_mm512_shuffle_f32x4(t0, t2, 0x88), _mm512_shuffle_f32x4(t0, t2, 0xDD),
-                             _mm512_shuffle_f32x4(t1, t3, 0x88), _mm512_shuffle_f32x4(t1, t3, 0xDD)};
+      __m512 row[4];
+      DotRowsOfFours(out, row);
       for (int64_t r = 0; r < rows; ++r) _mm512_storeu_ps(S + (4 * g + r) * TNk + n0, row[r]);
     }
   }
@@ -361,12 +370,8 @@ inline void DotQkInt(const DecItem& it, const int8_t* qp, const float* sigma, co
         for (int k = 0; k < 4; ++k) k4[k] = kr[std::min<int64_t>(n0 + 4 * i + k, nk - 1)];
         out[i] = DotQkInt4(qg, k4, D, ch, cl);
       }
-      const __m512 t0 = _mm512_shuffle_f32x4(out[0], out[1], 0x44);
-      const __m512 t1 = _mm512_shuffle_f32x4(out[0], out[1], 0xEE);
-      const __m512 t2 = _mm512_shuffle_f32x4(out[2], out[3], 0x44);
-      const __m512 t3 = _mm512_shuffle_f32x4(out[2], out[3], 0xEE);
-      const __m512 row[4] = {_mm512_shuffle_f32x4(t0, t2, 0x88), _mm512_shuffle_f32x4(t0, t2, 0xDD),
-                             _mm512_shuffle_f32x4(t1, t3, 0x88), _mm512_shuffle_f32x4(t1, t3, 0xDD)};
+      __m512 row[4];
+      DotRowsOfFours(out, row);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t rr = 4 * g + r;
         _mm512_storeu_ps(S + rr * TNk + n0, _mm512_mul_ps(row[r], _mm512_set1_ps(sigma[rr])));
