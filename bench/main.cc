@@ -2,7 +2,7 @@
 // python/openfia/bench/model_cases.txt) through the public C++ API, reported against limits this binary
 // measures on the machine it runs on. See docs/benchmark.md.
 //
-//   openfia-bench [--preset demo|full] [--threads 1,all] [--cases FILE] [--warm]
+//   openfia-bench [--preset demo|full] [--threads 1,all] [--cases FILE] [--warm] [--huge-pages]
 //                 [--no-linearity] [--memcheck|--no-memcheck] [--no-verify] [--limits]
 //                 [--limits-out FILE] [--probe-server]
 //                 [Google Benchmark flags, e.g. --benchmark_filter=D1]
@@ -49,6 +49,7 @@ int AllThreads() { return static_cast<int>(std::max(1u, std::thread::hardware_co
   std::fprintf(stderr,
                "openfia-bench: %s\n"
                "usage: openfia-bench [--preset demo|full] [--threads LIST] [--cases FILE] [--warm]\n"
+               "                     [--huge-pages]\n"
                "                     [--no-linearity] [--memcheck|--no-memcheck] [--no-verify]\n"
                "                     [--limits] [--limits-out FILE] [--probe-server]\n"
                "                     [--benchmark_* flags]\n",
@@ -76,6 +77,7 @@ Options ParseOptions(int* argc, char** argv) {
     else if (is(i, "--preset")) o.preset = value(i, "--preset");
     else if (is(i, "--cases")) o.cases = value(i, "--cases");
     else if (is(i, "--warm")) o.cold = false;
+    else if (is(i, "--huge-pages")) Workload::UseHugePages(true);
     else if (is(i, "--no-linearity")) o.linearity = false;
     else if (is(i, "--memcheck")) o.memcheck = 1;
     else if (is(i, "--no-memcheck")) o.memcheck = 0;
@@ -221,8 +223,9 @@ void PrintSummary(const std::vector<std::unique_ptr<Entry>>& all, size_t n_main,
     for (size_t i = 0; i < n_main; ++i) v.push_back(all[i].get());
     return v;
   }();
-  std::printf("\n## openfia-bench summary (preset %s, %s KV for decode)\n\n", g_opt.preset.c_str(),
-              g_opt.cold ? "cold-cache" : "warm-cache");
+  std::printf("\n## openfia-bench summary (preset %s, %s KV for decode, KV on %s)\n\n",
+              g_opt.preset.c_str(), g_opt.cold ? "cold-cache" : "warm-cache",
+              Workload::HugePages() ? "2 MiB pages" : "4 KiB pages");
   std::printf("machine: %s; read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d threads); fp32 FMA "
               "%.0f GFLOP/s/core; bf16 dot %s; AMX bf16 %.0f GFLOP/s/core (information); bf16 "
               "targets against %s\n\n",

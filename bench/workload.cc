@@ -3,6 +3,10 @@
 
 #include "common/numeric.h"
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -145,11 +149,27 @@ CaseSpec WithKey(const CaseSpec& c, const std::string& key, const std::string& v
 
 // ---- Workload ----
 
+namespace {
+bool g_huge_pages = false;
+}  // namespace
+
+void Workload::UseHugePages(bool on) { g_huge_pages = on; }
+bool Workload::HugePages() { return g_huge_pages; }
+
 struct Workload::Buffer {
   void* p = nullptr;
   explicit Buffer(size_t bytes) {
-    p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+    // With UseHugePages, buffers of 8 MiB and more (the KV caches) start on a 2 MiB boundary and
+    // are advised to transparent huge pages before their first write, as the bandwidth limit's
+    // buffer is (machine_limits.cc).
+    const bool huge = g_huge_pages && bytes >= (size_t{8} << 20);
+    const size_t align = huge ? size_t{2} << 20 : 64;
+    const size_t rounded = std::max(align, (bytes + align - 1) / align * align);
+    p = std::aligned_alloc(align, rounded);
     if (p == nullptr) Fail("out of memory allocating " + std::to_string(bytes) + " bytes");
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (huge) (void)madvise(p, rounded, MADV_HUGEPAGE);
+#endif
   }
   ~Buffer() { std::free(p); }
 };

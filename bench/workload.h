@@ -28,6 +28,10 @@ class Workload {
   // Builds inputs from a fixed-seed generator. Throws std::runtime_error for a key the benchmark
   // does not support (it names the key), openfia::Error when openfia rejects the call.
   static std::unique_ptr<Workload> Build(const CaseSpec& c, uint64_t seed = 1);
+  // Large buffers (the KV caches) of the workloads built after this call on transparent huge
+  // pages (Linux; elsewhere, or where THP is off, ordinary pages).
+  static void UseHugePages(bool on);
+  static bool HugePages();
   ~Workload();
 
   void Run() const;  // one FusedInferAttentionScore call with the current runtime settings
