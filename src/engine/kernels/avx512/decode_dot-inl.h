@@ -207,11 +207,11 @@ inline void DotQkRows(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
     const uint32_t* qq = kLo ? ql + g * 2 * D : nullptr;
     const int64_t rows = std::min<int64_t>(4, R - 4 * g);
     for (int64_t n0 = 0; n0 < nk; n0 += 16) {
-      pf.Tick();
       // out[i], block r: row r's scores of keys n0 + 4 i .. n0 + 4 i + 3.
       __m512 out[4];
       OPENFIA_UNROLL
       for (int i = 0; i < 4; ++i) {
+        pf.Tick();
         const char* k4[4];
         for (int k = 0; k < 4; ++k) k4[k] = kr[std::min<int64_t>(n0 + 4 * i + k, nk - 1)];
         out[i] = DotQk4<kLo>(q, qq, k4, D);
@@ -362,10 +362,10 @@ inline void DotQkInt(const DecItem& it, const int8_t* qp, const float* sigma, co
     const __m512i cl = _mm512_set_epi32(cg[7], cg[7], cg[7], cg[7], cg[5], cg[5], cg[5], cg[5],
                                         cg[3], cg[3], cg[3], cg[3], cg[1], cg[1], cg[1], cg[1]);
     for (int64_t n0 = 0; n0 < nk; n0 += 16) {
-      pf.Tick();
       __m512 out[4];
       OPENFIA_UNROLL
       for (int i = 0; i < 4; ++i) {
+        pf.Tick();
         const uint8_t* k4[4];
         for (int k = 0; k < 4; ++k) k4[k] = kr[std::min<int64_t>(n0 + 4 * i + k, nk - 1)];
         out[i] = DotQkInt4(qg, k4, D, ch, cl);
@@ -407,8 +407,9 @@ inline void DotPermuteRows(float* acc, int64_t rows, int64_t lda, int64_t Dv, bo
 // is odd).
 template <int RB, int NC>
 __attribute__((always_inline)) inline void DotPvBlock(const uint16_t* P, int64_t r0,
-                                                      const char* const* vr, int64_t nk,
-                                                      int64_t c0, float* acc, int64_t lda) {
+                                                      const char* const* vr, int64_t n0,
+                                                      int64_t nk, int64_t c0, float* acc,
+                                                      int64_t lda) {
   constexpr int NA = NC == 16 ? 1 : NC / 16;  // accumulators per row
   __m512 a[RB][NA];
   OPENFIA_UNROLL
@@ -417,7 +418,7 @@ __attribute__((always_inline)) inline void DotPvBlock(const uint16_t* P, int64_t
     for (int j = 0; j < NA; ++j) a[r][j] = _mm512_loadu_ps(acc + (r0 + r) * lda + c0 + 16 * j);
   const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
                                        8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  for (int64_t n = 0; n < nk; n += 2) {
+  for (int64_t n = n0; n < nk; n += 2) {
     __m512bh pv[NA];
     if constexpr (NC == 16) {
       const __m512i v0 = _mm512_maskz_loadu_epi16(0xFFFFu, vr[n] + 2 * c0);
@@ -451,18 +452,23 @@ __attribute__((always_inline)) inline void DotPvBlock(const uint16_t* P, int64_t
 template <int RB>
 inline void DotPvRows(const uint16_t* P, int64_t r0, const char* const* vr, int64_t nk,
                       int64_t Dv, float* acc, int64_t lda, DecPrefetch& pf) {
+  // Runs of kDotPvRun keys, a prefetch tick before each (a few lines at a time keep the fill
+  // buffers free for the products' own loads).
+  constexpr int64_t kDotPvRun = 16;
   int64_t c0 = 0;
   if constexpr (RB <= 4) {
-    for (; c0 + 64 <= Dv; c0 += 64) {
+    for (; c0 + 64 <= Dv; c0 += 64)
+      for (int64_t n0 = 0; n0 < nk; n0 += kDotPvRun) {
+        pf.Tick();
+        DotPvBlock<RB, 64>(P, r0, vr, n0, std::min(nk, n0 + kDotPvRun), c0, acc, lda);
+      }
+  }
+  for (; c0 + 32 <= Dv; c0 += 32)
+    for (int64_t n0 = 0; n0 < nk; n0 += kDotPvRun) {
       pf.Tick();
-      DotPvBlock<RB, 64>(P, r0, vr, nk, c0, acc, lda);
+      DotPvBlock<RB, 32>(P, r0, vr, n0, std::min(nk, n0 + kDotPvRun), c0, acc, lda);
     }
-  }
-  for (; c0 + 32 <= Dv; c0 += 32) {
-    pf.Tick();
-    DotPvBlock<RB, 32>(P, r0, vr, nk, c0, acc, lda);
-  }
-  if (c0 < Dv) DotPvBlock<RB, 16>(P, r0, vr, nk, c0, acc, lda);
+  if (c0 < Dv) DotPvBlock<RB, 16>(P, r0, vr, 0, nk, c0, acc, lda);
 }
 
 // acc (the R rows of a head, in the P V order) += P V over keys [0, nk); P bf16 [R][TN] (0 past
