@@ -29,12 +29,18 @@
 // probability exp's floor (exp(-86.5)) next to a float V recomputes them with the exact exp and
 // multiplies in fp32 (a tiny P times an infinite value is infinite, not 0 x inf = NaN).
 //
-// Memory: the next tile's K and V rows of every head are prefetched into L2 token after token
-// (a [block, block_size, H_kv * D] cache stores a token's heads contiguously), a few lines at each
+// Memory: float K and V on the VDPBF16PS path (R >= 3) walk a tile token after token across the
+// item's heads, as a [block, block_size, H_kv * D] cache stores them (the scores of every head 4
+// keys at a time, then P V of every head 16 keys at a time), with a prefetch stream into L2
+// kDecAhead tokens ahead of the walk (DecStream): from DRAM, D1's shape at 2 threads ran about
+// 1.1x faster so than head after head. The other paths go head after head through a tile while the next
+// tile's rows of every head are prefetched token after token (DecPrefetch), a few lines at each
 // step of the products.
 
 constexpr int64_t kDecMaxD = 1024;
 constexpr int kDecMaxR = 16;  // rows per KV head
+constexpr int64_t kDecRun = 16;    // keys per P V step of the token-major walk
+constexpr int64_t kDecAhead = 32;  // tokens its prefetch stream runs ahead
 
 enum class DecFmt : uint8_t { kF32, kF16, kBF16, kI8, kI4 };
 
@@ -130,8 +136,9 @@ inline int64_t DecScratchFloats(const Problem& p, DecScratch* s, float* base) {
   };
   s->q = take(rows * D);
   s->qdot = reinterpret_cast<uint32_t*>(take(rows * D));
-  s->S = take(kDecMaxR * TNk);
-  s->P = take(kDecMaxR * TNk);
+  // Scores and P of every head of an item at once (the token-major pass keeps them all).
+  s->S = take(std::max<int64_t>(kDecMaxR, rows) * TNk);
+  s->P = take(std::max<int64_t>(kDecMaxR, rows) * TNk);
   s->pb = take(kDecMaxR * TNk / 2);
   s->kpar = take(4 * TNk);
   s->kstage = take(TNk * D / 2);
@@ -279,6 +286,61 @@ struct DecPrefetch {
           }
         }
         Run();
+      }
+    }
+  }
+};
+
+// A prefetch stream into L2 that runs a fixed distance ahead of a token-major walk: the tokens
+// of [this tile's K, its V, the next tile's K] in order, every head's row of a token (one run
+// where a token's heads are contiguous), a few lines per step of the products.
+struct DecStream {
+  const DecTileRows* t = nullptr;
+  const DecTileRows* next = nullptr;
+  int64_t nh = 1, kbytes = 0, vbytes = 0;
+  int64_t u = 0;  // the token being issued (0 = this tile's first key)
+  int64_t c = 0;  // bytes of it issued, over its heads
+
+  // Moves to tile `tile` (followed by `after`, or nullptr), keeping what the last tile issued of it.
+  void Tile(const DecTileRows* tile, const DecTileRows* after) {
+    const int64_t done = t == nullptr ? 0 : 2 * t->nk;
+    if (t != nullptr && u >= done) {
+      u -= done;
+    } else {
+      u = 0;
+      c = 0;
+    }
+    t = tile;
+    next = after;
+  }
+  // Issues up to `lines` lines, not past token u_end.
+  void Issue(int64_t lines, int64_t u_end) {
+    while (lines > 0 && u < u_end) {
+      const DecTileRows* tt = t;
+      bool v = false;
+      int64_t n = u;
+      if (n >= t->nk) {
+        n -= t->nk;
+        v = true;
+        if (n >= t->nk) {
+          n -= t->nk;
+          v = false;
+          tt = next;
+        }
+      }
+      if (tt == nullptr || n >= tt->nk) return;
+      const char* row = v ? tt->v[n] : tt->k[n];
+      const int64_t bytes = v ? vbytes : kbytes, step = v ? tt->vstep[n] : tt->kstep[n];
+      const int64_t total = nh * bytes;
+      if (step == bytes) {
+        for (; lines > 0 && c < total; c += 64, --lines) __builtin_prefetch(row + c, 0, 2);
+      } else {
+        for (; lines > 0 && c < total; c += 64, --lines)
+          __builtin_prefetch(row + c / bytes * step + c % bytes, 0, 2);
+      }
+      if (c >= total) {
+        c = 0;
+        ++u;
       }
     }
   }
@@ -674,8 +736,6 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   const int64_t R = it.R, nh = it.nh, D = it.D, Dv = it.Dv, TNk = kTileKeys;
   const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), Rp = DecRowsPad(R);
   ResetRowStates(out, w.rows(), it.ldv);
-  float* S = sc.S;
-  float* P = sc.P;
   float* ksc = sc.kpar, *kof = sc.kpar + TNk, *vsc = sc.kpar + 2 * TNk, *vof = sc.kpar + 3 * TNk;
 
   // Query rows as fp32 [nh][Rp][D] (rows past R zero), with per-channel K parameters folded in
@@ -753,6 +813,15 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   const bool v_aux = (it.vs.tok() && (it.vs.off || vbias != 0.f)) || it.vs.chan;
   for (int64_t i = 0; i < nh * R; ++i) sc.aux[i] = 0.f;
 
+  // Float keys and values on the VDPBF16PS path with row groups of 4 walk each tile token
+  // after token across the item's heads, in the order a [.., H_kv * D] row stores them: the
+  // scores of every head, 4 keys at a time; each head's softmax; then P V of every head, 16
+  // keys at a time; with a prefetch stream kDecAhead tokens ahead of the walk.
+  const bool token_major =
+      it.dot_qk && !it.int_qk && !it.ks.quant() && it.dot_pv && !it.vs.quant() && R > 2;
+  [[maybe_unused]] bool pv_later[kItemRows] = {};
+  [[maybe_unused]] DecStream stream;
+
   DecTileRows tiles[2];
   DecPrefetch pf;
   const int64_t kbytes = DecBytes(it.ks.fmt, D), vbytes = DecBytes(it.vs.fmt, Dv);
@@ -761,15 +830,41 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   int cur = 0;
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TNk, cur ^= 1) {
     const DecTileRows& t = tiles[cur];
-    if (t0 + TNk < w.j1) {
-      DecResolveTile(p, w, t0 + TNk, &tiles[cur ^ 1]);
-      pf.Start(&tiles[cur ^ 1], nh, kbytes, vbytes);
-    } else {
-      pf.Start(nullptr, nh, kbytes, vbytes);
-    }
+    const bool has_next = t0 + TNk < w.j1;
+    if (has_next) DecResolveTile(p, w, t0 + TNk, &tiles[cur ^ 1]);
+    pf.Start(has_next && !token_major ? &tiles[cur ^ 1] : nullptr, nh, kbytes, vbytes);
     const int64_t nk = t.nk, npad = (nk + V::kW - 1) / V::kW * V::kW;
+#if defined(OPENFIA_DECODE_DOT)
+    const int64_t klines = (kbytes + 63) / 64, vlines = (vbytes + 63) / 64;
+    if (token_major) {
+      stream.nh = nh;
+      stream.kbytes = kbytes;
+      stream.vbytes = vbytes;
+      stream.Tile(&t, has_next ? &tiles[cur ^ 1] : nullptr);
+      if (t0 == tile0) stream.Issue(kDecAhead * nh * klines, kDecAhead);
+      for (int64_t n0 = 0; n0 < nk; n0 += 4)
+        for (int64_t x = 0; x < nh; ++x) {
+          stream.Issue(4 * klines, n0 + 4 + kDecAhead);
+          const char* k4[4];
+          for (int k = 0; k < 4; ++k) {
+            const int64_t n = std::min<int64_t>(n0 + k, nk - 1);
+            k4[k] = t.k[n] + x * t.kstep[n];
+          }
+          float* sx = sc.S + x * Rp * TNk;
+          for (int64_t g = 0; 4 * g < R; ++g) {
+            alignas(64) float blk[16];  // row r's scores of the 4 keys at blk[4 r]
+            _mm512_store_ps(blk, DotQk4<false>(qhi + (x * Rp + 4 * g) * D / 2, nullptr, k4, D));
+            for (int64_t r = 0; r < std::min<int64_t>(4, R - 4 * g); ++r)
+              std::memcpy(sx + (4 * g + r) * TNk + n0, blk + 4 * r, 4 * sizeof(float));
+          }
+        }
+    }
+#endif
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t hk = w.hk + x;
+      float* S = sc.S + (token_major ? x * Rp * TNk : 0);
+      float* P = sc.P + (token_major ? x * Rp * TNk : 0);
+      pv_later[x] = false;
       const float* q = sc.q + x * Rp * D;
       const RowStates o{out.m + x * R, out.l + x * R, out.acc + x * R * out.acc_stride,
                         out.acc_stride};
@@ -806,6 +901,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
         for (int64_t n = 0; n < nk; ++n) kr[n] = st + n * D;
         DotQkInt(it, qint + x * Rp * D * 2, sc.qsig + x * Rp, sc.qcorr + x * 2 * Rp, kr, nk, S,
                  pf);
+      } else if (token_major) {  // the scores are in S
       } else if (it.dot_qk) {
         const char* kr[kTileKeys];
         if (it.ks.quant()) {
@@ -884,6 +980,10 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
         continue;
       }
 #if defined(OPENFIA_DECODE_DOT)
+      if (token_major) {
+        pv_later[x] = true;
+        continue;
+      }
       if (it.dot_pv) {
         const char* vr[kTileKeys + 1];
         if (it.vs.quant()) {
@@ -923,6 +1023,21 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       }
       pv(it, P, t, x, o.acc, o.acc_stride, pf);
     }
+#if defined(OPENFIA_DECODE_DOT)
+    if (token_major)  // P V of every head (value rows past nk: a zero row, P 0 there)
+      for (int64_t n0 = 0; n0 < nk; n0 += kDecRun) {
+        const int64_t n = std::min(kDecRun, nk - n0);
+        for (int64_t x = 0; x < nh; ++x) {
+          stream.Issue(kDecRun * vlines, nk + n0 + kDecRun + kDecAhead);
+          if (!pv_later[x]) continue;
+          const char* vr[kDecRun + 1];
+          for (int64_t i = 0; i < n; ++i) vr[i] = t.v[n0 + i] + x * t.vstep[n0 + i];
+          vr[n] = reinterpret_cast<const char*>(kDecZeroRow);
+          DotPv(it, reinterpret_cast<const uint16_t*>(sc.P + x * Rp * TNk) + n0, vr, n,
+                out.acc + x * R * out.acc_stride, out.acc_stride, pf);
+        }
+      }
+#endif
   }
 #if defined(OPENFIA_DECODE_DOT)
   if (it.dot_pv) DotPermuteRows(out.acc, w.rows(), out.acc_stride, Dv, false);
