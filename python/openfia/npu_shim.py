@@ -199,11 +199,7 @@ def install_missing_attribute_error(torch_npu_module):
     def __getattr__(name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(f"module 'torch_npu' has no attribute {name!r}")
-        provided = ", ".join(sorted(n for n in vars(torch_npu_module) if not n.startswith("_")))
-        e = NotProvidedError(
-            f"torch_npu.{name}: openfia does not provide it. openfia's torch_npu stand-in (no "
-            f"torch_npu installed) provides only: {provided}; the rest of torch_npu needs "
-            "torch_npu itself (an Ascend NPU)")
+        e = NotProvidedError(_not_provided_message(f"torch_npu.{name}", torch_npu_module))
         e.name, e.obj = name, torch_npu_module
         e.argument, e.rule, e.actual, e.code = (name, "not provided by openfia's torch_npu "
                                                 "stand-in", name, "unsupported")
@@ -214,20 +210,27 @@ def install_missing_attribute_error(torch_npu_module):
         sys.meta_path.append(_NotProvidedFinder())
 
 
+def _not_provided_message(fullname, torch_npu_module):
+    provided = ", ".join(sorted(n for n in vars(torch_npu_module) if not n.startswith("_")))
+    return (f"{fullname}: openfia does not provide it. openfia's torch_npu stand-in (no "
+            f"torch_npu installed) provides only: {provided} (torch_npu.testing is its one "
+            "submodule); the rest of torch_npu needs torch_npu itself (an Ascend NPU)")
+
+
 class _NotProvidedFinder:
     """The last import finder: `import torch_npu.X` (a submodule the stand-in does not have,
-    e.g. torch_npu.contrib) is a ModuleNotFoundError whose message names it and says openfia
-    does not provide it. Does nothing while torch_npu is a real package."""
+    e.g. torch_npu.contrib) and `from torch_npu import X` (an X it does not have) are a
+    ModuleNotFoundError whose message names X and says openfia does not provide it. Does nothing
+    while torch_npu is a real package."""
 
     def find_spec(self, fullname, path=None, target=None):
         mod = sys.modules.get("torch_npu")
         if not fullname.startswith("torch_npu.") or not getattr(mod, "__openfia_stand_in__",
                                                                  False):
             return None
-        raise ModuleNotFoundError(
-            f"{fullname}: openfia does not provide it. openfia's torch_npu stand-in (no "
-            "torch_npu installed) has the submodule torch_npu.testing only; the rest of "
-            "torch_npu needs torch_npu itself (an Ascend NPU)", name=fullname)
+        # No .name: `from torch_npu import X` tries the submodule torch_npu.X first and would
+        # swallow an error whose .name is that submodule, then say only "cannot import name".
+        raise ModuleNotFoundError(_not_provided_message(fullname, mod))
 
 
 class _Options:

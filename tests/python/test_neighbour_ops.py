@@ -467,7 +467,7 @@ def test_torch_npu_names_and_the_stand_ins_error(tmp_path):
     """Under `python -m openfia run`, torch_npu.<op> and torch.ops.npu.<op> of the three
     operators are openfia's; torch_npu.X that openfia does not provide raises an OpenfiaError
     (also an AttributeError, so hasattr() still answers) naming X; importing a submodule it does
-    not have names it likewise."""
+    not have, or `from torch_npu import X`, names it likewise."""
     code = (
         "import torch, openfia, torch_npu\n"
         "q = torch.randn(1, 2, 1, 16).to(torch.bfloat16)\n"
@@ -498,6 +498,14 @@ def test_torch_npu_names_and_the_stand_ins_error(tmp_path):
         "    assert str(e).startswith('torch_npu.contrib: openfia does not provide it'), e\n"
         "else:\n"
         "    raise SystemExit('no error for torch_npu.contrib')\n"
+        "try:\n"
+        "    from torch_npu import npu_rotary_mul\n"
+        "except ImportError as e:\n"
+        "    assert str(e).startswith('torch_npu.npu_rotary_mul: openfia does not provide it'), e\n"
+        "    assert 'npu_fused_infer_attention_score' in str(e), e\n"
+        "else:\n"
+        "    raise SystemExit('no error for from torch_npu import npu_rotary_mul')\n"
+        "from torch_npu import npu_fused_infer_attention_score, testing  # provided names import\n"
         "import torch_npu.testing.testcase  # the stand-in's own submodule still imports\n"
         "print('ok')\n")
     path = tmp_path / "neighbours.py"
