@@ -223,6 +223,18 @@ inline void DotQkRows(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
   }
 }
 
+// S[r][n0 + k] = q_r . K of k4[k] for k < 4 and the R rows of a head (R > 2): one 4-key step of
+// the memory-order walk (DotQkRows computes the same scores 16 keys at a time).
+inline void DotQkFour(const DecItem& it, const uint32_t* qp, const char* const* k4, float* S,
+                      int64_t n0) {
+  for (int64_t g = 0; 4 * g < it.R; ++g) {
+    alignas(64) float blk[16];  // row r's scores of the 4 keys at blk[4 r]
+    _mm512_store_ps(blk, DotQk4<false>(qp + g * 2 * it.D, nullptr, k4, it.D));
+    for (int64_t r = 0; r < std::min<int64_t>(4, it.R - 4 * g); ++r)
+      std::memcpy(S + (4 * g + r) * kTileKeys + n0, blk + 4 * r, 4 * sizeof(float));
+  }
+}
+
 inline void DotQk(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
                   const char* const* kr, int64_t nk, float* S, DecPrefetch& pf) {
   if (ql != nullptr) DotQkRows<true>(it, qp, ql, kr, nk, S, pf);

@@ -33,9 +33,9 @@
 // item's heads, as a [block, block_size, H_kv * D] cache stores them (the scores of every head 4
 // keys at a time, then P V of every head 16 keys at a time), with a prefetch stream into L2
 // kDecAhead tokens ahead of the walk (DecStream): from DRAM, D1's shape at 2 threads ran about
-// 1.1x faster so than head after head. The other paths go head after head through a tile while the next
-// tile's rows of every head are prefetched token after token (DecPrefetch), a few lines at each
-// step of the products.
+// 1.1x faster so than head after head. The other paths go head after head through a tile while
+// the next tile's rows of every head are prefetched token after token (DecPrefetch), a few lines
+// at each step of the products.
 
 constexpr int64_t kDecMaxD = 1024;
 constexpr int kDecMaxR = 16;  // rows per KV head
@@ -825,6 +825,9 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   DecTileRows tiles[2];
   DecPrefetch pf;
   const int64_t kbytes = DecBytes(it.ks.fmt, D), vbytes = DecBytes(it.vs.fmt, Dv);
+  stream.nh = nh;
+  stream.kbytes = kbytes;
+  stream.vbytes = vbytes;
   const int64_t tile0 = w.j0 / TNk * TNk;
   if (w.j0 < w.j1) DecResolveTile(p, w, tile0, &tiles[0]);
   int cur = 0;
@@ -837,9 +840,6 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
 #if defined(OPENFIA_DECODE_DOT)
     const int64_t klines = (kbytes + 63) / 64, vlines = (vbytes + 63) / 64;
     if (token_major) {
-      stream.nh = nh;
-      stream.kbytes = kbytes;
-      stream.vbytes = vbytes;
       stream.Tile(&t, has_next ? &tiles[cur ^ 1] : nullptr);
       if (t0 == tile0) stream.Issue(kDecAhead * nh * klines, kDecAhead);
       for (int64_t n0 = 0; n0 < nk; n0 += 4)
@@ -850,13 +850,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
             const int64_t n = std::min<int64_t>(n0 + k, nk - 1);
             k4[k] = t.k[n] + x * t.kstep[n];
           }
-          float* sx = sc.S + x * Rp * TNk;
-          for (int64_t g = 0; 4 * g < R; ++g) {
-            alignas(64) float blk[16];  // row r's scores of the 4 keys at blk[4 r]
-            _mm512_store_ps(blk, DotQk4<false>(qhi + (x * Rp + 4 * g) * D / 2, nullptr, k4, D));
-            for (int64_t r = 0; r < std::min<int64_t>(4, R - 4 * g); ++r)
-              std::memcpy(sx + (4 * g + r) * TNk + n0, blk + 4 * r, 4 * sizeof(float));
-          }
+          DotQkFour(it, qhi + x * Rp * D / 2, k4, sc.S + x * Rp * TNk, n0);
         }
     }
 #endif
