@@ -56,6 +56,8 @@ class Case {
     return std::find(poison_[b].begin(), poison_[b].end(), j) != poison_[b].end();
   }
   float max_abs_v() const { return vmax_; }
+  // For an edit that rescales the values (the tolerances scale with their magnitude).
+  void set_max_abs_v(float v) { vmax_ = v; }
   // V becomes a copy of K in buffers of its own (same layout, same values, other addresses):
   // with `shared` false; the same tensor as K with `shared` true. Needs d_v == d_qk.
   void ValuesFromKeys(bool shared) {

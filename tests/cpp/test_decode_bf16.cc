@@ -187,5 +187,58 @@ TEST(DecodeBf16, Quantized) {
   }
 }
 
+// int8 / int4 values take integer probabilities (P' / sigma to 15 bits per tile and row) on the
+// VDPBF16PS path; the corners of that form, with bf16 keys and peaked rows (large scores: one
+// key's error is not spread over hundreds): per-token value scales of both signs (sigma from the
+// largest magnitude), value scales so small that a tile's largest P' falls below the integer
+// form's floor (those tiles multiply in fp32; the outputs are ~1e-36 and the tolerance scales
+// with them), scales just above it (2^-100), and a NaN key (its rows NaN: the tile's P' is not
+// finite, fp32 products).
+TEST(DecodeBf16, QuantizedValueCorners) {
+  const bool bf16 = TargetOps("avx512bf16") != nullptr;
+  using K = Dequant::Kind;
+  for (int variant = 0; variant < 4; ++variant) {
+    CaseSpec s;
+    s.qe = Elem::kBF16;
+    s.oe = Elem::kF32;
+    s.h_q = 16;
+    s.h_kv = 4;
+    s.d_qk = 64;
+    s.d_v = variant == 1 ? 48 : 64;
+    s.block = 32;
+    s.batch = 2;
+    s.q_len = {1, 1};
+    s.kv_len = {300, 45};
+    s.seed = 80 + variant;
+    s.amp = 4.f;
+    s.scale = 0.5;
+    const Elem ve = variant == 1 ? Elem::kI4 : Elem::kI8;
+    std::vector<std::vector<uint8_t>> keep;
+    const auto edit = [&](Case& c) {
+      std::mt19937 rng(s.seed);
+      Problem& p = c.problem();
+      Quantize(p, p.v, s.d_v, ve, K::kPerToken, true, 1.f, keep, rng);
+      // The value scales (bf16), before their offsets (f32) in keep.
+      uint16_t* vs = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.v.dequant.scale));
+      const int64_t n = static_cast<int64_t>(keep[keep.size() - 2].size()) / 2;
+      const float factor = variant == 1 ? 1e-36f : variant == 2 ? 0x1p-100f : 1.f;
+      c.set_max_abs_v(factor);  // the dequantized values' magnitude (the tolerance's scale)
+      for (int64_t i = 0; i < n; ++i) {
+        float v = cvt::BF16ToF32(vs[i]) * factor;
+        if (variant == 0 && i % 3 == 1) v = -v;
+        vs[i] = cvt::F32ToBF16(v);
+      }
+      if (variant == 3) {  // a NaN in key 7 of batch 0, KV head 1
+        uint16_t* kd = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.k.cache.data));
+        kd[p.k.cache.Offset(p.block_table[0], 1, 7, 5)] = 0x7FC0;
+      }
+    };
+    Case c(s);
+    edit(c);
+    if (bf16) EXPECT_GT(Bf16DecodeItems(c.problem()), 0) << "variant " << variant;
+    RunCase(s, edit, false);
+  }
+}
+
 }  // namespace
 }  // namespace openfia::internal::testing

@@ -10,7 +10,8 @@
 //              key row against the query row, 16 keys, summed by V::ReduceRows.
 //   P V        two value rows interleaved into bf16 pairs (V[n][c], V[n + 1][c]) by VPUNPCK{L,H}WD
 //              (the accumulators keep the order they give; DotPermuteRows), against the
-//              broadcast pair (P[r][n], P[r][n + 1]) of each row.
+//              broadcast pair (P[r][n], P[r][n + 1]) of each row; int8 / int4 values the same
+//              way as int16 pairs against integer probabilities (VPDPWSSD, DotPvInt).
 // bf16 x bf16 products are exact in fp32 (VDPBF16PS reads a subnormal bf16 as zero: the kernel
 // keeps subnormal queries and probabilities off this path, decode-inl.h).
 
@@ -45,7 +46,7 @@ inline void DotPackQuery(const float* qf, int64_t R, int64_t D, uint32_t* qp, bo
       }
 }
 
-// bf16 rows stage[n * ld] of the int8 / int4 rows rows[n] + x * step[n], n < nk: the integers,
+// bf16 rows stage[n * ld] of the int8 / int4 key rows rows[n] + x * step[n], n < nk: the integers,
 // int4 plus kDecI4Bias (0x4300 | (nibble ^ 8) is the bf16 of 128 + (x + 8) for the two's
 // complement nibble x: no conversion).
 inline void DotStageRows(DecFmt f, const char* const* rows, const int64_t* step, int64_t x,
@@ -92,32 +93,6 @@ inline bool DotQueryOk(const float* qf, int64_t n) {
     bad |= static_cast<__mmask16>(~normal & _mm512_test_epi32_mask(a, a));
   }
   return bad == 0;
-}
-
-// sum_n p[n] for n < npad (bf16, a multiple of 16).
-inline float DotSumBf16(const uint16_t* p, int64_t npad) {
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t n = 0; n < npad; n += 16)
-    sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                 _mm512_cvtepu16_epi32(_mm256_loadu_si256(
-                                     reinterpret_cast<const __m256i*>(p + n))), 16)));
-  return _mm512_reduce_add_ps(sum);
-}
-
-// P'[n] = bf16(P[n] s[n]) for n < npad (P fp32, already rounded to bf16; s 0 past the live
-// keys); returns sum_n P'[n] (o[n] - bias), the value offsets' and staged bias's part of the row.
-inline float DotScaleP(const float* P, const float* s, const float* o, float bias, int64_t npad,
-                       uint16_t* out) {
-  __m512 sum = _mm512_setzero_ps();
-  const __m512 vb = _mm512_set1_ps(bias);
-  for (int64_t n = 0; n < npad; n += 16) {
-    const __m256bh pb = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(P + n), _mm512_loadu_ps(s + n)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + n), reinterpret_cast<__m256i>(pb));
-    const __m512 pf = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(pb)), 16));
-    sum = _mm512_fmadd_ps(pf, _mm512_sub_ps(_mm512_loadu_ps(o + n), vb), sum);
-  }
-  return _mm512_reduce_add_ps(sum);
 }
 
 // Four keys k4 against a group of 4 packed query rows q (and with kLo their residuals ql): the
@@ -500,6 +475,174 @@ inline void DotPv(const DecItem& it, const uint16_t* P, const char* const* vr, i
             DotPvRows<2>(P, r0 + 4, vr, nk, it.Dv, acc, lda, pf); break;
     case 7: DotPvRows<4>(P, r0, vr, nk, it.Dv, acc, lda, pf);
             DotPvRows<3>(P, r0 + 4, vr, nk, it.Dv, acc, lda, pf); break;
+    default: break;
+  }
+}
+
+// ---- int8 / int4 values: VPDPWSSD ---------------------------------------------------------------
+//
+// P V over integer values multiplies integers: each row's probabilities of a tile become 15-bit
+// integers p = round(P' / sigma) with sigma = max |P'| / 32767 (P' = P, or P s with per-key value
+// scales s), and the values stay int8 (int4: sign-extended into int8 rows once per tile), so one
+// VPDPWSSD takes the pairs (p[n], p[n + 1]) x (x[n][c], x[n + 1][c]) exactly into int32 lanes
+// (a 64-key tile sums to at most 64 x 32767 x 128 < 2^31 in magnitude) and the tile's sums join the fp32
+// accumulators as sigma x sum, one rounding each. Each p is within sigma / 2 = max P' / 65534 of
+// P': a tile's error is at most 2^-10 max |P'| x max |x|, below the rounding of its largest
+// probability to bf16 alone (2^-9 max |P'| |x|) that the VDPBF16PS form pays on top of the others'.
+// No staging of int8 values to bf16 (about as many instructions as the products themselves).
+
+// Largest P' of a tile below which the integer form is not used (sigma would be subnormal).
+constexpr float kDotPMin = 0x1p-112f;
+
+// p[n] = round(P'[n] / sigma) for n < npad (P' = P s, or P when s is null; 0 past the live keys),
+// *sigma = max |P'| / 32767 (a value scale may be negative), *sum = sum_n P'[n] o[n] (o null:
+// sum_n P'[n]). False, with nothing written, where some P' is not finite or the largest |P'| is
+// in (0, kDotPMin): the caller multiplies in fp32.
+inline bool DotQuantP(const float* P, const float* s, const float* o, int64_t npad, int16_t* p,
+                      float* sigma, float* sum) {
+  __m512 mx = _mm512_setzero_ps(), total = _mm512_setzero_ps(), osum = _mm512_setzero_ps();
+  for (int64_t n = 0; n < npad; n += 16) {
+    __m512 x = _mm512_loadu_ps(P + n);
+    if (s != nullptr) x = _mm512_mul_ps(x, _mm512_loadu_ps(s + n));
+    mx = _mm512_max_ps(mx, _mm512_abs_ps(x));
+    total = _mm512_add_ps(total, x);
+    osum = o != nullptr ? _mm512_fmadd_ps(x, _mm512_loadu_ps(o + n), osum) : total;
+  }
+  const float m = _mm512_reduce_max_ps(mx), t = _mm512_reduce_add_ps(total);
+  const float os = _mm512_reduce_add_ps(osum);
+  if (!std::isfinite(t) || !std::isfinite(os) || (m > 0.f && m < kDotPMin)) return false;
+  const __m512 inv = _mm512_set1_ps(m > 0.f ? 32767.f / m : 0.f);
+  for (int64_t n = 0; n < npad; n += 16) {
+    __m512 x = _mm512_loadu_ps(P + n);
+    if (s != nullptr) x = _mm512_mul_ps(x, _mm512_loadu_ps(s + n));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + n),
+                        _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(x, inv))));
+  }
+  *sigma = m / 32767.f;
+  *sum = os;
+  return true;
+}
+
+// Signed int8 rows stage[n * ld] (D bytes) of the int4 rows rows[n] + x * step[n]: two's
+// complement nibbles, channel 2 i in the low half of byte i, sign-extended ((u ^ 8) - 8).
+inline void DotStageI4ToI8(const char* const* rows, const int64_t* step, int64_t x, int64_t nk,
+                           int64_t D, int8_t* stage, int64_t ld) {
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), f8 = _mm512_set1_epi8(0x08);
+  const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+  const __m512i i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+  const auto sx = [&](__m512i u) { return _mm512_sub_epi8(_mm512_xor_si512(u, f8), f8); };
+  for (int64_t n = 0; n < nk; ++n) {
+    const char* src = rows[n] + x * step[n];
+    int8_t* dst = stage + n * ld;
+    int64_t d = 0;
+    for (; d + 128 <= D; d += 128) {
+      const __m512i b = _mm512_loadu_si512(src + d / 2);
+      const __m512i l = sx(_mm512_and_si512(b, lo4));
+      const __m512i h = sx(_mm512_and_si512(_mm512_srli_epi16(b, 4), lo4));
+      const __m512i u0 = _mm512_unpacklo_epi8(l, h), u1 = _mm512_unpackhi_epi8(l, h);
+      _mm512_storeu_si512(dst + d, _mm512_permutex2var_epi64(u0, i0, u1));
+      _mm512_storeu_si512(dst + d + 64, _mm512_permutex2var_epi64(u0, i1, u1));
+    }
+    for (; d < D; d += 32) {  // 32 or a last 16 channels
+      const int64_t nb = std::min<int64_t>(16, (D - d) / 2);
+      const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nb) - 1), src + d / 2);
+      const __m128i m4 = _mm512_castsi512_si128(lo4), e8 = _mm512_castsi512_si128(f8);
+      const __m128i l = _mm_sub_epi8(_mm_xor_si128(_mm_and_si128(b, m4), e8), e8);
+      const __m128i h = _mm_sub_epi8(_mm_xor_si128(_mm_and_si128(_mm_srli_epi16(b, 4), m4), e8), e8);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d), _mm_unpacklo_epi8(l, h));
+      if (nb == 16)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d + 16), _mm_unpackhi_epi8(l, h));
+    }
+  }
+}
+
+// acc rows [r0, r0 + RB) += sigma_r sum_n p[r][n] x[n] for NC channels from c0 over the keys
+// [0, nk) of a tile, in the P V order of DotPvBlock (NC = 16: channel order): p int16 [R][TN] (0
+// past nk), int8 value rows vr[0, nk] (vr[nk]: a zero row). The int32 sums stay in registers for
+// the whole tile; a prefetch tick every kDotPvRun keys.
+template <int RB, int NC>
+__attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64_t r0,
+                                                         const int8_t* const* vr, int64_t nk,
+                                                         int64_t c0, const float* sigma,
+                                                         float* acc, int64_t lda,
+                                                         DecPrefetch& pf) {
+  constexpr int NA = NC == 16 ? 1 : NC / 16;
+  constexpr int64_t kDotPvRun = 16;
+  __m512i a[RB][NA];
+  OPENFIA_UNROLL
+  for (int r = 0; r < RB; ++r)
+    OPENFIA_UNROLL
+    for (int j = 0; j < NA; ++j) a[r][j] = _mm512_setzero_si512();
+  const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                       8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  for (int64_t n = 0; n < nk; n += 2) {
+    if (n % kDotPvRun == 0) pf.Tick();
+    __m512i pv[NA];
+    if constexpr (NC == 16) {
+      const __m512i v0 = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(0xFFFFu, vr[n] + c0));
+      const __m512i v1 = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(0xFFFFu, vr[n + 1] + c0));
+      pv[0] = _mm512_permutex2var_epi16(v0, idx, v1);
+    } else {
+      OPENFIA_UNROLL
+      for (int j = 0; j < NA; j += 2) {
+        const __m512i v0 = _mm512_cvtepi8_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr[n] + c0 + 16 * j)));
+        const __m512i v1 = _mm512_cvtepi8_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr[n + 1] + c0 + 16 * j)));
+        pv[j] = _mm512_unpacklo_epi16(v0, v1);
+        pv[j + 1] = _mm512_unpackhi_epi16(v0, v1);
+      }
+    }
+    OPENFIA_UNROLL
+    for (int r = 0; r < RB; ++r) {
+      using aint = int __attribute__((may_alias));
+      const __m512i pw =
+          _mm512_set1_epi32(*reinterpret_cast<const aint*>(p + (r0 + r) * kTileKeys + n));
+      OPENFIA_UNROLL
+      for (int j = 0; j < NA; ++j) a[r][j] = _mm512_dpwssd_epi32(a[r][j], pv[j], pw);
+    }
+  }
+  OPENFIA_UNROLL
+  for (int r = 0; r < RB; ++r) {
+    const __m512 sg = _mm512_set1_ps(sigma[r0 + r]);
+    OPENFIA_UNROLL
+    for (int j = 0; j < NA; ++j) {
+      float* at = acc + (r0 + r) * lda + c0 + 16 * j;
+      _mm512_storeu_ps(at, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[r][j]), sg, _mm512_loadu_ps(at)));
+    }
+  }
+}
+
+template <int RB>
+inline void DotPvIntRows(const int16_t* p, int64_t r0, const int8_t* const* vr, int64_t nk,
+                         int64_t Dv, const float* sigma, float* acc, int64_t lda,
+                         DecPrefetch& pf) {
+  int64_t c0 = 0;
+  if constexpr (RB <= 4)
+    for (; c0 + 64 <= Dv; c0 += 64) DotPvIntBlock<RB, 64>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
+  for (; c0 + 32 <= Dv; c0 += 32) DotPvIntBlock<RB, 32>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
+  if (c0 < Dv) DotPvIntBlock<RB, 16>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
+}
+
+// acc (the R rows of a head, in the P V order) += sigma P V over keys [0, nk): p int16 [R][TN]
+// (DotQuantP), int8 value rows vr[0, nk] (vr[nk]: a zero row).
+inline void DotPvInt(const DecItem& it, const int16_t* p, const float* sigma,
+                     const int8_t* const* vr, int64_t nk, float* acc, int64_t lda,
+                     DecPrefetch& pf) {
+  int64_t r0 = 0;
+  const int64_t Dv = it.Dv;
+  for (; r0 + 8 <= it.R; r0 += 8) DotPvIntRows<8>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
+  switch (it.R - r0) {
+    case 1: DotPvIntRows<1>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 2: DotPvIntRows<2>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 3: DotPvIntRows<3>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 4: DotPvIntRows<4>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 5: DotPvIntRows<4>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
+            DotPvIntRows<1>(p, r0 + 4, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 6: DotPvIntRows<4>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
+            DotPvIntRows<2>(p, r0 + 4, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 7: DotPvIntRows<4>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
+            DotPvIntRows<3>(p, r0 + 4, vr, nk, Dv, sigma, acc, lda, pf); break;
     default: break;
   }
 }

@@ -9,11 +9,12 @@
 //               on K rows widened in registers, the rows sharing each loaded K vector;
 //   softmax     the shared update (softmax-inl.h) on the row-major scores, P rounded to the
 //               query dtype into its own buffer (the scores stay);
-//   acc += P V  VDPBF16PS on bf16 value pairs where Q K^T used it, else fp32 FMAs, the rows
+//   acc += P V  VDPBF16PS on bf16 value pairs where Q K^T used it (int8 / int4 values: VPDPWSSD
+//               on 15-bit integer probabilities per tile and row), else fp32 FMAs, the rows
 //               sharing each loaded V vector.
 // int8 / int4 K and V: the integers are exact in bf16 and fp32, so they go to the products with
-// one exact conversion (int4 with none on the VDPBF16PS path: 0x4300 | nibble is a bf16 number)
-// and every antiquant parameter comes out of the sums:
+// one exact conversion (int4 keys with none on the VDPBF16PS path: 0x4300 | nibble is a bf16
+// number) and every antiquant parameter comes out of the sums:
 //   per token, head or tensor (s, o of a key)   score = s (q.x + o sum(q)); a value's P' = P s
 //                                               and sum(P' o) joins every channel of the row;
 //   per channel (s_d, o_d of a head)            score = q'.x + sum(q' o) with q' = q s (fp32;
@@ -116,7 +117,7 @@ inline int64_t DecRowsPad(int64_t R) { return R <= 2 ? R : (R + 3) / 4 * 4; }
 
 // The decode kernels' scratch (Kernel::scratch), in floats: query rows [rows][D] (fp32) and their
 // two bf16 packs [2][rows][D / 2], with rows = MaxItemRows(p) >= n_hk * DecRowsPad(R); scores and
-// fp32 P of one head [2][16][TN], P' as bf16 [16][TN / 2]; per-key parameters [4][TN]; K and V
+// fp32 P of one head [2][16][TN], P' as int16 [16][TN / 2]; per-key parameters [4][TN]; K and V
 // rows staged as bf16 [TN][(D + Dv) / 2]; per-channel parameters [2][D + Dv]; three per-row sums
 // [3][rows]; per KV head, whether it runs the reference's element order [rows]; the integer
 // query pieces' scales and corrections [3][rows] (the pieces themselves in the bf16 packs' place).
@@ -360,6 +361,7 @@ struct DecItem {
   Elem qe;
   bool dot_qk = false, dot_pv = false;
   bool int_qk = false;  // int8 / int4 keys by VPDPBUSD (decode_dot-inl.h)
+  bool int_pv = false;  // int8 / int4 values by VPDPWSSD (decode_dot-inl.h)
 };
 
 // Per-key parameters of head h (per token, head or tensor; 1, 0 for a float side) of the tile.
@@ -583,8 +585,7 @@ inline void DecExactP(const DecItem& it, const float* S, const float* m, const f
 // into aux). For tiles whose per-token parameters are not all finite, and every tile of a head
 // whose per-channel parameters are not.
 inline void DecodeExactTile(const DecItem& it, const DecTileRows& t, int64_t x, float* S,
-                            float* P, float* aux, const RowStates& o, float vbias,
-                            bool vfactored) {
+                            float* P, float* aux, const RowStates& o, bool vfactored) {
   const Problem& p = *it.p;
   const WorkItem& w = *it.w;
   const int64_t hk = w.hk + x, nq = w.i1 - w.i0;
@@ -634,9 +635,8 @@ inline void DecodeExactTile(const DecItem& it, const DecTileRows& t, int64_t x, 
     float* a = o.acc + r * o.acc_stride;
     for (int64_t n = 0; n < t.nk; ++n) {
       const float pn = P[r * kTileKeys + n];
-      // A per-channel V in the other tiles' form: (bias +) x, and sum(P).
-      const float bias = vf ? vbias : 0.f;
-      for (int64_t d = 0; d < it.Dv; ++d) a[d] += pn * (velem(n, d) + bias);
+      // A per-channel V in the other tiles' form: x, and sum(P).
+      for (int64_t d = 0; d < it.Dv; ++d) a[d] += pn * velem(n, d);
       if (vf) aux[r] += pn;
     }
   }
@@ -644,8 +644,8 @@ inline void DecodeExactTile(const DecItem& it, const DecTileRows& t, int64_t x, 
 
 alignas(64) inline const uint16_t kDecZeroRow[kDecMaxD] = {};
 
-// int4 K / V rows staged for VDPBF16PS hold x + kDecI4Bias (decode_dot-inl.h); the bias comes out
-// of the sums with the offsets.
+// int4 K rows staged for VDPBF16PS hold x + kDecI4Bias (decode_dot-inl.h); the bias comes out of
+// the sums with the offsets.
 constexpr float kDecI4Bias = 136.f;
 
 #if defined(OPENFIA_DECODE_DOT)
@@ -778,6 +778,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   it.dot_qk = it.dot_qk && DotQueryOk(sc.q, nh * Rp * D);
   it.dot_pv = it.dot_qk;
   it.int_qk = it.int_qk && it.dot_qk;
+  it.int_pv = it.dot_pv && it.vs.quant();
   uint32_t* qhi = sc.qdot;
   uint32_t* qlo = sc.qdot + nh * Rp * D / 2;  // per-channel K: q' = hi + lo
   int8_t* qint = reinterpret_cast<int8_t*>(sc.qdot);
@@ -805,12 +806,10 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
         sc.crow[x * R + r] = c;
       }
     }
-  const float vbias = it.dot_pv && it.vs.fmt == DecFmt::kI4 ? kDecI4Bias : 0.f;
   const DecQkFn qk = DecPickQk(it.ks.fmt);
   const DecPvFn pv = DecPickPv(it.vs.fmt);
-  // The rows' extra sums: per-token value offsets (and the bias of staged int4 values), or per
-  // channel sum(P).
-  const bool v_aux = (it.vs.tok() && (it.vs.off || vbias != 0.f)) || it.vs.chan;
+  // The rows' extra sums: per-token value offsets, or per channel sum(P).
+  const bool v_aux = (it.vs.tok() && it.vs.off) || it.vs.chan;
   for (int64_t i = 0; i < nh * R; ++i) sc.aux[i] = 0.f;
 
   // Float keys and values on the VDPBF16PS path with row groups of 4 walk each tile token
@@ -879,7 +878,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
 #if defined(OPENFIA_DECODE_DOT)
         if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
 #endif
-        DecodeExactTile(it, t, x, S, P, ax, o, vbias, !exact_head);
+        DecodeExactTile(it, t, x, S, P, ax, o, !exact_head);
 #if defined(OPENFIA_DECODE_DOT)
         if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
 #endif
@@ -943,7 +942,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       st.npad = npad;
       st.scale = it.scale;
       st.store.pe = it.qe;
-      if (it.dot_pv && !it.vs.tok()) {
+      if (it.dot_pv && !it.int_pv) {
         st.store.kind = SoftmaxStore::Kind::kBf16;
         st.store.p = reinterpret_cast<uint16_t*>(P);
         st.store.ldp = TNk;
@@ -973,49 +972,68 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
 #endif
         continue;
       }
+      // fp32 products on the P of the softmax (rounded to the query dtype), in channel order.
+      const auto fma_pv = [&] {
+        if (it.vs.tok()) {  // P' = P s per key; the offsets' sum sum_n P' o per row
+          for (int64_t r = 0; r < R; ++r) {
+            float* pr = P + r * TNk;
+            typename V::T sum = V::Zero();
+            for (int64_t n = 0; n < npad; n += V::kW) {
+              const typename V::T pn = V::Mul(V::Load(pr + n), V::Load(vsc + n));
+              V::Store(pr + n, pn);
+              sum = V::Fma(pn, V::Load(vof + n), sum);
+            }
+            if (it.vs.off) ax[r] += V::ReduceSum(sum);
+          }
+        } else if (it.vs.chan) {
+          for (int64_t r = 0; r < R; ++r) ax[r] += DecSum(P + r * TNk, npad);
+        }
+        pv(it, P, t, x, o.acc, o.acc_stride, pf);
+      };
 #if defined(OPENFIA_DECODE_DOT)
       if (token_major) {
         pv_later[x] = true;
         continue;
       }
-      if (it.dot_pv) {
+      if (it.int_pv) {  // integer P' and values (decode_dot-inl.h)
+        int16_t* p16 = reinterpret_cast<int16_t*>(sc.pb);
+        float sig[kDecMaxR], psum[kDecMaxR];
+        bool ok = true;
+        for (int64_t r = 0; r < R && ok; ++r)
+          ok = DotQuantP(P + r * TNk, it.vs.tok() ? vsc : nullptr,
+                         it.vs.tok() && it.vs.off ? vof : nullptr, npad, p16 + r * TNk, &sig[r],
+                         &psum[r]);
+        if (ok) {
+          // The offsets' sum sum_n P' o (per token), or sum(P) (per channel).
+          if (v_aux)
+            for (int64_t r = 0; r < R; ++r) ax[r] += psum[r];
+          const int8_t* vr[kTileKeys + 1];
+          if (it.vs.fmt == DecFmt::kI4) {
+            int8_t* st8 = reinterpret_cast<int8_t*>(sc.vstage);
+            DotStageI4ToI8(t.v, t.vstep, x, nk, Dv, st8, Dv);
+            for (int64_t n = 0; n < nk; ++n) vr[n] = st8 + n * Dv;
+          } else {
+            for (int64_t n = 0; n < nk; ++n)
+              vr[n] = reinterpret_cast<const int8_t*>(t.v[n] + x * t.vstep[n]);
+          }
+          vr[nk] = reinterpret_cast<const int8_t*>(kDecZeroRow);
+          DotPvInt(it, p16, sig, vr, nk, o.acc, o.acc_stride, pf);
+        } else {  // a P' that is not finite or too small for the integer form
+          DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
+          fma_pv();
+          DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
+        }
+        continue;
+      }
+      if (it.dot_pv) {  // float values: P in bf16 (the softmax stored it so)
         const char* vr[kTileKeys + 1];
-        if (it.vs.quant()) {
-          uint16_t* vs16 = reinterpret_cast<uint16_t*>(sc.vstage);
-          DotStageRows(it.vs.fmt, t.v, t.vstep, x, nk, Dv, vs16, Dv);
-          for (int64_t n = 0; n < nk; ++n) vr[n] = reinterpret_cast<const char*>(vs16 + n * Dv);
-        } else {
-          for (int64_t n = 0; n < nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
-        }
+        for (int64_t n = 0; n < nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
         vr[nk] = reinterpret_cast<const char*>(kDecZeroRow);
-        const uint16_t* pp = reinterpret_cast<const uint16_t*>(P);
-        if (it.vs.tok()) {  // P' = bf16(P s) per key; the rows' sums of P' (o - bias)
-          uint16_t* p16 = reinterpret_cast<uint16_t*>(sc.pb);
-          for (int64_t r = 0; r < R; ++r)
-            ax[r] += DotScaleP(P + r * TNk, vsc, vof, vbias, npad, p16 + r * TNk);
-          pp = p16;
-        } else if (it.vs.chan) {  // sum(P) per row
-          for (int64_t r = 0; r < R; ++r) ax[r] += DotSumBf16(pp + r * TNk, npad);
-        }
-        DotPv(it, pp, vr, nk, o.acc, o.acc_stride, pf);
+        DotPv(it, reinterpret_cast<const uint16_t*>(P), vr, nk, o.acc, o.acc_stride, pf);
         continue;
       }
 #endif
-      if (it.vs.tok()) {  // P' = P s per key; the offsets' sum sum_n P' o per row
-        for (int64_t r = 0; r < R; ++r) {
-          float* pr = P + r * TNk;
-          typename V::T sum = V::Zero();
-          for (int64_t n = 0; n < npad; n += V::kW) {
-            const typename V::T pn = V::Mul(V::Load(pr + n), V::Load(vsc + n));
-            V::Store(pr + n, pn);
-            sum = V::Fma(pn, V::Load(vof + n), sum);
-          }
-          if (it.vs.off) ax[r] += V::ReduceSum(sum);
-        }
-      } else if (it.vs.chan) {
-        for (int64_t r = 0; r < R; ++r) ax[r] += DecSum(P + r * TNk, npad);
-      }
-      pv(it, P, t, x, o.acc, o.acc_stride, pf);
+      fma_pv();
     }
 #if defined(OPENFIA_DECODE_DOT)
     if (token_major)  // P V of every head (value rows past nk: a zero row, P 0 there)
@@ -1049,7 +1067,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
         float* a = out.acc + (x * R + r) * out.acc_stride;
         const float ps = sc.aux[x * R + r];
         for (int64_t d = 0; d < Dv; ++d)
-          a[d] = sc.vchan[d] * (a[d] + (sc.vchan[Dv + d] - vbias) * ps);
+          a[d] = sc.vchan[d] * (a[d] + sc.vchan[Dv + d] * ps);
       }
     }
   }
