@@ -853,6 +853,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
         }
     }
 #endif
+    bool kfinite = true, vfinite = true;  // the tile's per-key parameters
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t hk = w.hk + x;
       float* S = sc.S + (token_major ? x * Rp * TNk : 0);
@@ -862,17 +863,18 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       const RowStates o{out.m + x * R, out.l + x * R, out.acc + x * R * out.acc_stride,
                         out.acc_stride};
       float* ax = sc.aux + x * R;
-      // Per-key parameters (per token, head or tensor): a tile with one that is not finite runs
-      // the reference's element order.
-      bool finite = true;
-      if (it.ks.tok()) {
+      // Per-key parameters (per token, head or tensor; read once per tile where they do not
+      // depend on the head): a tile with one that is not finite runs the reference's element
+      // order.
+      if (it.ks.tok() && (x == 0 || it.ks.dq->sh != 0)) {
         DecKeyParams(it.ks, t.kc, nk, hk, ksc, kof);
-        finite = DecFinite(ksc, nk) && DecFinite(kof, nk);
+        kfinite = DecFinite(ksc, nk) && DecFinite(kof, nk);
       }
-      if (it.vs.tok()) {
+      if (it.vs.tok() && (x == 0 || it.vs.dq->sh != 0)) {
         DecKeyParams(it.vs, t.vc, nk, hk, vsc, vof);
-        finite = finite && DecFinite(vsc, nk) && DecFinite(vof, nk);
+        vfinite = DecFinite(vsc, nk) && DecFinite(vof, nk);
       }
+      const bool finite = kfinite && vfinite;
       const bool exact_head = sc.exact[x] != 0.f;
       if (!finite || exact_head) {
 #if defined(OPENFIA_DECODE_DOT)
