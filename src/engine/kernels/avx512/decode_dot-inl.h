@@ -261,9 +261,11 @@ inline bool DotPackQueryInt(const float* qf, int64_t Rp, int64_t D, int32_t c, i
   return true;
 }
 
-// Unsigned byte rows stage[n * ld] (D bytes) of the int8 / int4 rows rows[n] + x * step[n].
-inline void DotStageU8(DecFmt f, const char* const* rows, const int64_t* step, int64_t x,
-                       int64_t nk, int64_t D, uint8_t* stage, int64_t ld) {
+// Byte rows stage[n * ld] (D bytes) of the int8 / int4 rows rows[n] + x * step[n]: unsigned
+// u = x + c (int8: x ^ 0x80, c = 128; int4: nibble ^ 8 = x + 8, c = 8) for the integer score
+// products, or with sign the signed integers x (int4 only: (nibble ^ 8) - 8) for P V.
+inline void DotStageBytes(DecFmt f, const char* const* rows, const int64_t* step, int64_t x,
+                          int64_t nk, int64_t D, uint8_t* stage, int64_t ld, bool sign = false) {
   for (int64_t n = 0; n < nk; ++n) {
     const char* src = rows[n] + x * step[n];
     uint8_t* dst = stage + n * ld;
@@ -275,15 +277,17 @@ inline void DotStageU8(DecFmt f, const char* const* rows, const int64_t* step, i
       }
       continue;
     }
-    // int4: two's complement nibbles, channel 2 i in the low half of byte i; u = nibble ^ 8.
+    // int4: two's complement nibbles, channel 2 i in the low half of byte i.
     const __m512i lo4 = _mm512_set1_epi8(0x0F), f8 = _mm512_set1_epi8(0x08);
+    const __m512i c = sign ? f8 : _mm512_setzero_si512();
+    const auto conv = [&](__m512i nib) { return _mm512_sub_epi8(_mm512_xor_si512(nib, f8), c); };
     const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
     const __m512i i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
     int64_t d = 0;
     for (; d + 128 <= D; d += 128) {
       const __m512i b = _mm512_loadu_si512(src + d / 2);
-      const __m512i l = _mm512_xor_si512(_mm512_and_si512(b, lo4), f8);
-      const __m512i h = _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), lo4), f8);
+      const __m512i l = conv(_mm512_and_si512(b, lo4));
+      const __m512i h = conv(_mm512_and_si512(_mm512_srli_epi16(b, 4), lo4));
       // in each 128-bit lane: unpacklo = channels 32 l .. 32 l + 15, unpackhi = the next 16
       const __m512i u0 = _mm512_unpacklo_epi8(l, h), u1 = _mm512_unpackhi_epi8(l, h);
       _mm512_storeu_si512(dst + d, _mm512_permutex2var_epi64(u0, i0, u1));
@@ -292,11 +296,11 @@ inline void DotStageU8(DecFmt f, const char* const* rows, const int64_t* step, i
     for (; d < D; d += 32) {  // 32 or a last 16 channels
       const int64_t nb = std::min<int64_t>(16, (D - d) / 2);
       const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nb) - 1), src + d / 2);
-      const __m128i l = _mm_xor_si128(_mm_and_si128(b, _mm512_castsi512_si128(lo4)),
-                                      _mm512_castsi512_si128(f8));
-      const __m128i h = _mm_xor_si128(
-          _mm_and_si128(_mm_srli_epi16(b, 4), _mm512_castsi512_si128(lo4)),
-          _mm512_castsi512_si128(f8));
+      const __m512i w = conv(_mm512_and_si512(
+          _mm512_castsi128_si512(b), lo4));  // low nibbles in bytes 0..15
+      const __m512i v = conv(_mm512_and_si512(
+          _mm512_castsi128_si512(_mm_srli_epi16(b, 4)), lo4));
+      const __m128i l = _mm512_castsi512_si128(w), h = _mm512_castsi512_si128(v);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d), _mm_unpacklo_epi8(l, h));
       if (nb == 16)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d + 16), _mm_unpackhi_epi8(l, h));
@@ -521,39 +525,6 @@ inline bool DotQuantP(const float* P, const float* s, const float* o, int64_t np
   *sigma = m / 32767.f;
   *sum = os;
   return true;
-}
-
-// Signed int8 rows stage[n * ld] (D bytes) of the int4 rows rows[n] + x * step[n]: two's
-// complement nibbles, channel 2 i in the low half of byte i, sign-extended ((u ^ 8) - 8).
-inline void DotStageI4ToI8(const char* const* rows, const int64_t* step, int64_t x, int64_t nk,
-                           int64_t D, int8_t* stage, int64_t ld) {
-  const __m512i lo4 = _mm512_set1_epi8(0x0F), f8 = _mm512_set1_epi8(0x08);
-  const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-  const __m512i i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
-  const auto sx = [&](__m512i u) { return _mm512_sub_epi8(_mm512_xor_si512(u, f8), f8); };
-  for (int64_t n = 0; n < nk; ++n) {
-    const char* src = rows[n] + x * step[n];
-    int8_t* dst = stage + n * ld;
-    int64_t d = 0;
-    for (; d + 128 <= D; d += 128) {
-      const __m512i b = _mm512_loadu_si512(src + d / 2);
-      const __m512i l = sx(_mm512_and_si512(b, lo4));
-      const __m512i h = sx(_mm512_and_si512(_mm512_srli_epi16(b, 4), lo4));
-      const __m512i u0 = _mm512_unpacklo_epi8(l, h), u1 = _mm512_unpackhi_epi8(l, h);
-      _mm512_storeu_si512(dst + d, _mm512_permutex2var_epi64(u0, i0, u1));
-      _mm512_storeu_si512(dst + d + 64, _mm512_permutex2var_epi64(u0, i1, u1));
-    }
-    for (; d < D; d += 32) {  // 32 or a last 16 channels
-      const int64_t nb = std::min<int64_t>(16, (D - d) / 2);
-      const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nb) - 1), src + d / 2);
-      const __m128i m4 = _mm512_castsi512_si128(lo4), e8 = _mm512_castsi512_si128(f8);
-      const __m128i l = _mm_sub_epi8(_mm_xor_si128(_mm_and_si128(b, m4), e8), e8);
-      const __m128i h = _mm_sub_epi8(_mm_xor_si128(_mm_and_si128(_mm_srli_epi16(b, 4), m4), e8), e8);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d), _mm_unpacklo_epi8(l, h));
-      if (nb == 16)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d + 16), _mm_unpackhi_epi8(l, h));
-    }
-  }
 }
 
 // acc rows [r0, r0 + RB) += sigma_r sum_n p[r][n] x[n] for NC channels from c0 over the keys

@@ -891,7 +891,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
 #if defined(OPENFIA_DECODE_DOT)
       if (it.int_qk) {
         uint8_t* st = reinterpret_cast<uint8_t*>(sc.kstage);
-        DotStageU8(it.ks.fmt, t.k, t.kstep, x, nk, D, st, D);
+        DotStageBytes(it.ks.fmt, t.k, t.kstep, x, nk, D, st, D);
         const uint8_t* kr[kTileKeys];
         for (int64_t n = 0; n < nk; ++n) kr[n] = st + n * D;
         DotQkInt(it, qint + x * Rp * D * 2, sc.qsig + x * Rp, sc.qcorr + x * 2 * Rp, kr, nk, S,
@@ -1011,9 +1011,9 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
             for (int64_t r = 0; r < R; ++r) ax[r] += psum[r];
           const int8_t* vr[kTileKeys + 1];
           if (it.vs.fmt == DecFmt::kI4) {
-            int8_t* st8 = reinterpret_cast<int8_t*>(sc.vstage);
-            DotStageI4ToI8(t.v, t.vstep, x, nk, Dv, st8, Dv);
-            for (int64_t n = 0; n < nk; ++n) vr[n] = st8 + n * Dv;
+            uint8_t* st8 = reinterpret_cast<uint8_t*>(sc.vstage);
+            DotStageBytes(DecFmt::kI4, t.v, t.vstep, x, nk, Dv, st8, Dv, true);
+            for (int64_t n = 0; n < nk; ++n) vr[n] = reinterpret_cast<const int8_t*>(st8 + n * Dv);
           } else {
             for (int64_t n = 0; n < nk; ++n)
               vr[n] = reinterpret_cast<const int8_t*>(t.v[n] + x * t.vstep[n]);
