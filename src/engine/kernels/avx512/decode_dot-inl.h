@@ -488,14 +488,15 @@ inline void DotPv(const DecItem& it, const uint16_t* P, const char* const* vr, i
 // P V over integer values multiplies integers: each row's probabilities of a tile become 15-bit
 // integers p = round(P' / sigma) with sigma = max |P'| / 32767 (P' = P, or P s with per-key value
 // scales s), and the values stay int8 (int4: sign-extended into int8 rows once per tile), so one
-// VPDPWSSD takes the pairs (p[n], p[n + 1]) x (x[n][c], x[n + 1][c]) exactly into int32 lanes
-// (a 64-key tile sums to at most 64 x 32767 x 128 < 2^31 in magnitude) and the tile's sums join the fp32
-// accumulators as sigma x sum, one rounding each. Each p is within sigma / 2 = max P' / 65534 of
-// P': a tile's error is at most 2^-10 max |P'| x max |x|, below the rounding of its largest
-// probability to bf16 alone (2^-9 max |P'| |x|) that the VDPBF16PS form pays on top of the others'.
-// No staging of int8 values to bf16 (about as many instructions as the products themselves).
+// VPDPWSSD takes the pairs (p[n], p[n + 1]) x (x[n][c], x[n + 1][c]) exactly into int32 lanes (a
+// 64-key tile sums to at most 64 x 32767 x 128 < 2^31 in magnitude) and the tile's sums join the
+// fp32 accumulators as sigma x sum, one rounding each. Each p is within sigma / 2 = max |P'| /
+// 65534 of P': a tile's error is at most 2^-10 max |P'| x max |x|, below the rounding of its
+// largest probability to bf16 alone (2^-9 max |P'| |x|) that the VDPBF16PS form pays on top of
+// the others'. No staging of int8 values to bf16 (about as many instructions as the products).
 
-// Largest P' of a tile below which the integer form is not used (sigma would be subnormal).
+// Largest |P'| of a tile below which the integer form is not used: 32767 / max |P'| stays finite
+// (from 2^-113 on) and sigma keeps at least 22 bits.
 constexpr float kDotPMin = 0x1p-112f;
 
 // p[n] = round(P'[n] / sigma) for n < npad (P' = P s, or P when s is null; 0 past the live keys),
