@@ -863,6 +863,17 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       const RowStates o{out.m + x * R, out.l + x * R, out.acc + x * R * out.acc_stride,
                         out.acc_stride};
       float* ax = sc.aux + x * R;
+      // Runs f on the head's accumulators in channel order (the fp32 products and the exact
+      // paths), whatever order the VDPBF16PS P V keeps them in.
+      const auto in_channel_order = [&](auto&& f) {
+#if defined(OPENFIA_DECODE_DOT)
+        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
+#endif
+        f();
+#if defined(OPENFIA_DECODE_DOT)
+        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
+#endif
+      };
       // Per-key parameters (per token, head or tensor; read once per tile where they do not
       // depend on the head): a tile with one that is not finite runs the reference's element
       // order.
@@ -877,13 +888,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       const bool finite = kfinite && vfinite;
       const bool exact_head = sc.exact[x] != 0.f;
       if (!finite || exact_head) {
-#if defined(OPENFIA_DECODE_DOT)
-        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
-#endif
-        DecodeExactTile(it, t, x, S, P, ax, o, !exact_head);
-#if defined(OPENFIA_DECODE_DOT)
-        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
-#endif
+        in_channel_order([&] { DecodeExactTile(it, t, x, S, P, ax, o, !exact_head); });
         continue;
       }
 
@@ -965,13 +970,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       if (!it.vs.quant() && DecTinyP(it, S, o.m, nk)) {
         DecKeyParams(it.vs, t.vc, nk, hk, vsc, vof);
         DecExactP(it, S, o.m, vsc, nk, P);
-#if defined(OPENFIA_DECODE_DOT)
-        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
-#endif
-        pv(it, P, t, x, o.acc, o.acc_stride, pf);
-#if defined(OPENFIA_DECODE_DOT)
-        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
-#endif
+        in_channel_order([&] { pv(it, P, t, x, o.acc, o.acc_stride, pf); });
         continue;
       }
       // fp32 products on the P of the softmax (rounded to the query dtype), in channel order.
@@ -1021,9 +1020,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
           vr[nk] = reinterpret_cast<const int8_t*>(kDecZeroRow);
           DotPvInt(it, p16, sig, vr, nk, o.acc, o.acc_stride, pf);
         } else {  // a P' that is not finite or too small for the integer form
-          DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
-          fma_pv();
-          DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
+          in_channel_order(fma_pv);
         }
         continue;
       }
