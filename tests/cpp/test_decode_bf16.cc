@@ -1,4 +1,4 @@
-// The AVX512-BF16 decode kernel (decode_avx512-inl.h) vs the fp64 reference under every SIMD
+// The decode kernel's VDPBF16PS path (avx512/decode_dot-inl.h) vs the fp64 reference under every SIMD
 // target this CPU runs and 1, 2, 3 threads (which must agree bitwise).
 #include <gtest/gtest.h>
 
@@ -103,8 +103,8 @@ TEST(DecodeBf16, NonFiniteValues) {
 
 // An +inf value at keys whose probability is exp(-90) ~ 8e-40, a subnormal even in bf16: the
 // output is +inf there, as in the reference. VDPBF16PS reads a subnormal P as 0 (0 x inf = NaN),
-// so the P V blocks whose values hold the infinity must run the fp32 products (BdPvExact) on
-// their channels; the other channels keep VDPBF16PS. Query rows of KV head 0 are e_0 (channel 0
+// so a tile whose probabilities fell below the probability exp's floor takes the exact exp and
+// the fp32 products (DecTinyP, DecExactP in generic/decode-inl.h). Query rows of KV head 0 are e_0 (channel 0
 // one, the rest zero); key j0's channel 0 makes its scaled score 90 above every other key's 0.
 TEST(DecodeBf16, InfiniteValueMeetsATinyProbability) {
   const bool bf16 = TargetOps("avx512bf16") != nullptr;
@@ -140,9 +140,10 @@ TEST(DecodeBf16, InfiniteValueMeetsATinyProbability) {
   }
 }
 
-// int8 / int4 K and V dequantized to bf16 rows per score block and P V chunk (BdStageRows):
-// every antiquant granularity the kernel takes, with and without offsets, paged (odd blocks)
-// and contiguous, 1, 2, 4 and 8 rows per KV head, d % 32 == 16 (the staged rows' zero half),
+// int8 / int4 K and V with the antiquant parameters applied to the sums (integer keys by
+// VPDPBUSD or staged to bf16, integer values by VPDPWSSD): every antiquant granularity the kernel
+// takes, with and without offsets, paged (odd blocks) and contiguous, 1, 2, 4 and 8 rows per KV
+// head, d % 32 == 16 (the products' last 16 channels),
 // d_v != d_qk, splits (1300 keys) and a partial first tile (45 keys). f16 queries it declines.
 TEST(DecodeBf16, Quantized) {
   const bool bf16 = TargetOps("avx512bf16") != nullptr;
