@@ -176,6 +176,10 @@ struct Problem {
 
   int64_t group() const { return h_q / h_kv; }
   int64_t kv_total(int64_t b) const { return prefix_len + kv_len[b]; }
+  // The dtype a dequantized K / V element is rounded to before the products: fp32 (kept as
+  // computed) for high-precision antiquant and for full quantization's raw integers, else the
+  // query's.
+  Elem kv_round_elem() const { return full_quant || kv_dequant_f32 ? Elem::kF32 : q.elem; }
 };
 
 }  // namespace openfia::internal

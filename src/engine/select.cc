@@ -105,15 +105,6 @@ bool Bf16DotTiles() {
 #endif
 }
 
-namespace {
-// Problem features no kernel computes yet: the engine declines them, forced kernels included,
-// so their calls run on the fp64 reference.
-const char* NotYetInTheEngine(const Problem& p) {
-  if (p.kv_dequant_f32 || p.k.prefix_dequant.logical || p.v.prefix_dequant.logical)
-    return "fp32 antiquant K/V (inner_precise high precision) or per-token antiquant of a prefix";
-  return nullptr;
-}
-}  // namespace
 
 KernelChoice::KernelChoice(const Problem& p) : p_(p) {
   const std::string name = KernelSetting();
@@ -126,14 +117,12 @@ KernelChoice::KernelChoice(const Problem& p) : p_(p) {
                       ") this CPU does not run"),
                   name);
     why_not_ = forced_->supports(p, nullptr);
-    if (why_not_ == nullptr) why_not_ = NotYetInTheEngine(p);
     return;
   }
   int n = 0;
   const Kernel* const* list = KernelList(ActiveIsa(), &n);
   // The portable kernel (last) decides whether the engine runs p at all.
-  why_not_ = NotYetInTheEngine(p);
-  if (why_not_ == nullptr) why_not_ = list[n - 1]->supports(p, nullptr);
+  why_not_ = list[n - 1]->supports(p, nullptr);
   if (why_not_ != nullptr) return;
   for (int i = 0; i < n; ++i)
     if (list[i]->supports(p, nullptr) == nullptr) candidates_.push_back(list[i]);

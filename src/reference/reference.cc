@@ -193,9 +193,7 @@ Gathered Gather(const Problem& p, int64_t b, int64_t hk, const std::vector<char>
   const int64_t total = total1 + Kv2Len(p, b);
   g.k.assign(total * g.dk, 0.f);
   g.v.assign(total * g.dv, 0.f);
-  // Full quantization feeds raw int8 to the int32 matmul: no dequant, no rounding to q dtype;
-  // high-precision antiquant keeps the fp32 dequantized value.
-  const Elem round_to = p.full_quant || p.kv_dequant_f32 ? Elem::kF32 : p.q.elem;
+  const Elem round_to = p.kv_round_elem();
   for (int64_t j = 0; j < total; ++j) {
     if (!needed[j]) continue;
     if (j >= total1) {  // second source: no rope (problem.h)

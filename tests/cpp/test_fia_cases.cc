@@ -262,31 +262,7 @@ void ReferenceInvariants(const CaseSpec& spec) {
   EXPECT_EQ(bad, 0) << spec.ToLine();
 }
 
-// Reasons the engine gives for declining features it does not have yet; their calls run on the
-// reference. Remove an entry when the engine gains the feature.
-constexpr const char* kEnginePending[] = {
-    "fp32 antiquant K/V (inner_precise high precision) or per-token antiquant of a prefix"};
-
-bool PendingReason(const std::string& what) {
-  for (const char* reason : kEnginePending)
-    if (what.find(reason) != std::string::npos) return true;
-  return false;
-}
-
-// Whether the engine declines `spec` for a feature it does not have yet.
-bool EnginePending(const CaseSpec& spec) {
-  SettingsGuard guard;
-  SetImpl(Impl::kEngine);
-  FiaCase c(spec);
-  try {
-    c.Run();
-  } catch (const Error& e) {
-    return PendingReason(e.what());
-  }
-  return false;
-}
-
-// (b) engine (or automatic fallback) against the reference. With `kernel`, that kernel is forced
+// (b) engine against the reference. With `kernel`, that kernel is forced
 // (SetKernel) and a case it does not take is skipped (*ran = false).
 void EngineMatchesReference(const CaseSpec& spec, const std::string& kernel = "",
                             bool* ran = nullptr) {
@@ -298,7 +274,6 @@ void EngineMatchesReference(const CaseSpec& spec, const std::string& kernel = ""
   SetImpl(Impl::kEngine);
   SetKernel(kernel);
   if (ran) *ran = true;
-  bool supported = true;
   try {
     eng.Run();
   } catch (const Error& e) {
@@ -307,21 +282,12 @@ void EngineMatchesReference(const CaseSpec& spec, const std::string& kernel = ""
       if (ran) *ran = false;
       return;
     }
-    // Every feature of the case list runs on the engine, except the ones it does not have yet
-    // (kEnginePending): no other fallback is expected.
-    if (!PendingReason(e.what()))
-      ADD_FAILURE() << "the engine does not take this case: " << e.what();
-    supported = false;
-    SetImpl(Impl::kAuto);
-    eng.Run();
+    // Every feature of the case list runs on the engine.
+    ADD_FAILURE() << "the engine does not take this case: " << e.what();
+    return;
   }
   const std::vector<uint8_t> rb = ref.OutBytes(), eb = eng.OutBytes();
   const std::vector<float> rl = ref.LseValues(), el = eng.LseValues();
-  if (!supported) {  // the fallback is the reference itself
-    EXPECT_TRUE(rb == eb) << "automatic fallback differs from the reference";
-    EXPECT_TRUE(SameBits(rl, el)) << "automatic fallback lse differs from the reference";
-    return;
-  }
   const CaseGeometry& g = ref.geometry();
   const TensorView& ro = ref.out();
   const TensorView& eo = eng.out();
@@ -416,7 +382,7 @@ TEST_P(FiaCases, EveryKernelMatchesReference) {
   }
   RecordProperty("kernels", names);
   // The portable kernel runs every case the engine runs.
-  EXPECT_TRUE(ran > 0 || EnginePending(GetParam())) << GetParam().ToLine();
+  EXPECT_GT(ran, 0) << GetParam().ToLine();
 }
 
 std::string CaseName(const ::testing::TestParamInfo<CaseSpec>& info) {

@@ -78,14 +78,14 @@ inline void LoadRowF32(const Operand& o, const void* base, int64_t off, int64_t 
 #include "engine/kernels/generic/kv_rows-inl.h"
 
 // Antiquant of the keys of one tile (docs/semantics.md 1.9): (x + offset) * scale in fp32, rounded
-// to the query dtype, exactly as the reference; null Dequant pointers mean the operand is not
-// quantized.
+// to Problem::kv_round_elem (the query dtype, or fp32 for high-precision antiquant), exactly as the
+// reference; null Dequant pointers mean the operand is not quantized.
 struct TileDq {
   const Dequant* cache = nullptr;
   const Dequant* prefix = nullptr;
   const int64_t* coord = nullptr;  // [key * 2]: storage (b, s) of each key of the tile
   int64_t h = 0;
-  Elem qe = Elem::kF32;
+  Elem qe = Elem::kF32;  // the rounding of a dequantized element
   bool any() const { return cache != nullptr || prefix != nullptr; }
 };
 
@@ -1017,9 +1017,9 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
       const float* qh = sc.q + hx * hrows * ldq;
       const RowStates o{out.m + hx * hrows, out.l + hx * hrows,
                         out.acc + hx * hrows * out.acc_stride, out.acc_stride};
-      const TileDq kdq = MakeTileDq(Kx, sc.kcoord, hk, pe);
-      const TileDq vdq = MakeTileDq(Vx, sc.vcoord, hk, pe);
-      const TileDq rdq = MakeTileDq(Rx, sc.kcoord, hk, pe);
+      const TileDq kdq = MakeTileDq(Kx, sc.kcoord, hk, p.kv_round_elem());
+      const TileDq vdq = MakeTileDq(Vx, sc.vcoord, hk, p.kv_round_elem());
+      const TileDq rdq = MakeTileDq(Rx, sc.kcoord, hk, p.kv_round_elem());
       if (hx == 0) {
         ResolveItemKeys(p, p.k, p.k2, w, hk, jt0, nk, sc.kbase, sc.koff, sc.kpre, sc.kcoord);
         ResolveItemKeys(p, p.v, p.v2, w, hk, jt0, nk, sc.vbase, sc.voff, sc.kpre, sc.vcoord);

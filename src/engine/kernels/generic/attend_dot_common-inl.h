@@ -16,6 +16,7 @@ inline bool DotKvOk(const KvOperand& kv) {
 inline bool DotItemOperandsOk(const Problem& p) {
   if (!Bf16DotTiles()) return false;  // the CPU's FMA is the faster product (kernel.h)
   if (p.q.elem != Elem::kBF16 || (p.d_rope > 0 && p.q_rope.elem != Elem::kBF16)) return false;
+  if (p.kv_round_elem() != Elem::kBF16) return false;  // dequantized K / V kept in fp32
   if (!DotKvOk(p.k) || !DotKvOk(p.v)) return false;
   if (p.d_rope > 0 && !DotKvOk(p.k_rope)) return false;
   return !p.k2.cache.present() || (DotKvOk(p.k2) && DotKvOk(p.v2));

@@ -580,7 +580,7 @@ inline void DecExactP(const DecItem& it, const float* S, const float* m, const f
 }
 
 // One tile of head x in the reference's element order: each K / V element dequantized as
-// (x + o) s rounded to the query dtype (LoadElem), fp32 products, the exact exp. With vfactored a
+// (x + o) s rounded as the reference rounds it (LoadElem, Problem::kv_round_elem), fp32 products, the exact exp. With vfactored a
 // per-channel V stays in the factored form the head's other tiles use (its integers here, sum(P)
 // into aux). For tiles whose per-token parameters are not all finite, and every tile of a head
 // whose per-channel parameters are not.
@@ -589,8 +589,8 @@ inline void DecodeExactTile(const DecItem& it, const DecTileRows& t, int64_t x, 
   const Problem& p = *it.p;
   const WorkItem& w = *it.w;
   const int64_t hk = w.hk + x, nq = w.i1 - w.i0;
-  const TileDq kdq = MakeTileDq(p.k, t.kc, hk, it.qe);
-  TileDq vdq = MakeTileDq(p.v, t.vc, hk, it.qe);
+  const TileDq kdq = MakeTileDq(p.k, t.kc, hk, p.kv_round_elem());
+  TileDq vdq = MakeTileDq(p.v, t.vc, hk, p.kv_round_elem());
   const bool vf = it.vs.chan && vfactored;
   if (vf) vdq.cache = nullptr;  // the integers
   // LoadElem reads element d of a row at element offset 0 from the row's own start.

@@ -14,7 +14,7 @@ inline void ResolveKey(const Problem& p, const KvOperand& kv, int64_t b, int64_t
     *base = kv.prefix.Base(0);
     *off = kv.prefix.Offset(0, hk, j, 0);
     *from_prefix = 1;
-    cb = 0;
+    cb = kv.prefix_dequant.logical ? b : 0;  // per-token scales of a prefix are per batch
     cs = j;
   } else {
     const int64_t t = p.kv_begin[b] + j - p.prefix_len;
