@@ -120,9 +120,11 @@ def data(t, op=None, name=None):
 def dense(t, op=None, name=None):
     """A tensor the library reads densely: detached, and a contiguous copy only of a view that
     is not contiguous (the C++ API follows the NPU, which rejects non-contiguous inputs; torch
-    users routinely hold transposed or sliced views)."""
+    users routinely hold transposed or sliced views). In NPU-strict mode a caller's view (`op`
+    given) passes as it is, so that the operator's rule (不支持非连续) refuses it as the NPU does."""
     t = data(t, op, name)
-    if t is not None and hasattr(t, "is_contiguous") and not t.is_contiguous():
+    if t is not None and hasattr(t, "is_contiguous") and not t.is_contiguous() and \
+            (op is None or not lib.get_npu_strict()):
         t = t.contiguous()
     return t
 

@@ -137,6 +137,110 @@ TEST(FiaNoEffect, LeftPaddingWithPrefixInEffectIsUnsupported) {
                     "key_shared_prefix");
 }
 
+// ---- left padding with the other features the source forbids it with ----
+TEST(FiaNoEffect, KvPaddingWithInt4WithoutActualSeqLengthsKv) {
+  const char* int4 = "int4 layout=BSH dtype=f16 B=2 N=2 S=1 KVS=9 D=64 kv=int4 kmode=0";
+  ExpectNoEffect(int4, KvPadding(2));
+  ExpectUnsupported(std::string(int4) + " act_kv=7,5", KvPadding(2), "kv_padding_size");
+}
+
+TEST(FiaNoEffect, LeftPaddingWithPerChannelPostQuantWithoutActualLengths) {
+  const char* pc = "outq_pc layout=BSH B=2 N=2 S=4 KVS=9 D=16 outq=pc";
+  ExpectNoEffect(pc, QueryPadding(1));
+  ExpectNoEffect(pc, KvPadding(1));
+  ExpectUnsupported(std::string(pc) + " act_q=3,2", QueryPadding(1), "quant_scale2");
+  ExpectUnsupported(std::string(pc) + " act_kv=8,4", KvPadding(1), "quant_scale2");
+}
+
+TEST(FiaNoEffect, LeftPaddingWithKvSeparatedAntiquantPrefillWithoutActualLengths) {
+  const char* sep = "kvsep layout=BSND B=2 N=2 S=4 KVS=9 D=32 kv=int8 kmode=1";
+  ExpectNoEffect(sep, QueryPadding(1));
+  ExpectNoEffect(sep, KvPadding(1));
+  ExpectUnsupported(std::string(sep) + " act_kv=8,5", KvPadding(1), "key_antiquant_scale");
+  ExpectUnsupported(std::string(sep) + " act_q=3,2", QueryPadding(1), "key_antiquant_scale");
+}
+
+// ---- the legacy antiquant parameters beside the KV-separated ones ----
+TEST(FiaNoEffect, LegacyAntiquantOffsetWithKvSeparatedScales) {
+  // The KV-separated parameters win; a legacy offset without its scale changes nothing.
+  ExpectNoEffect("kvsep_decode layout=BSH dtype=f16 B=2 N=2 S=1 KVS=9 D=32 kv=int8 kmode=0",
+                 [](FiaArgs& a, testutil::Arena& ar) {
+                   a.antiquant_offset = ar.T(DType::kFloat16, {2, 64});
+                 });
+}
+
+// ---- pre_tokens / next_tokens / sparse_mode where the operator ignores them ----
+TEST(FiaNoEffect, BandArgumentsWithInt8OutputWhereIgnored) {
+  const Change band4 = [](FiaArgs& a, testutil::Arena&) {
+    a.sparse_mode = 4;
+    a.pre_tokens = -1;
+  };
+  // Q_S = 1: sparse_mode and pre/next are ignored, so no band with a negative side forms.
+  ExpectNoEffect("int8_out_decode layout=BSH B=2 N=2 S=1 KVS=9 D=16 outq=pt", band4);
+  // Q_S > 1, sparse_mode 0 without a mask: pre/next are ignored, so quant_offset2 meets no row
+  // without keys.
+  const Change next_neg = [](FiaArgs& a, testutil::Arena&) { a.next_tokens = -3; };
+  ExpectNoEffect("int8_out_prefill layout=BNSD B=2 N=2 S=4 KVS=9 D=16 outq=pt", next_neg);
+  ExpectNoEffect("int8_out_mode1 layout=BNSD B=2 N=2 S=4 KVS=9 D=16 outq=pt sparse=1 mask=full",
+                 next_neg);
+  // In effect: a band with a negative side, and rows the band leaves empty with quant_offset2.
+  ExpectUnsupported("int8_out_band layout=BNSD B=2 N=2 S=4 KVS=9 D=16 outq=pt sparse=4 pre=3 "
+                    "next=0",
+                    [](FiaArgs& a, testutil::Arena&) { a.pre_tokens = -1; }, "sparse_mode");
+}
+
+TEST(FiaNoEffect, SparseModeWithMlaDecode) {
+  // MLA at Q_S = 1: sparse_mode is ignored (the rule asks for no mask, not for a mode).
+  ExpectNoEffect("mla_decode layout=BSND B=2 N=4 KVN=1 S=1 KVS=9 D=32 rope=1",
+                 [](FiaArgs& a, testutil::Arena&) { a.sparse_mode = 3; });
+}
+
+// ---- the "X does not support Y" rules where both take effect ----
+// A case line that is refused as it is, with kUnsupported naming `argument`.
+void ExpectLineUnsupported(const std::string& line, const std::string& argument) {
+  SCOPED_TRACE(line);
+  try {
+    FiaCase c(Spec(line));
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+  }
+}
+
+TEST(FiaInEffect, CombinationsTheSourceForbids) {
+  const auto prefix = [](DType dt, std::vector<int64_t> sizes) {
+    return [dt, sizes](FiaArgs& a, testutil::Arena& ar) {
+      a.key_shared_prefix = ar.T(dt, sizes);
+      a.value_shared_prefix = ar.T(dt, sizes);
+    };
+  };
+  // A shared prefix with a tensor list, TND or MLA.
+  ExpectUnsupported("list layout=BSH B=2 N=2 S=1 KVS=9 D=16 list=1 act_kv=9,5",
+                    prefix(DType::kBFloat16, {1, 4, 32}), "key_shared_prefix");
+  ExpectUnsupported("tnd layout=TND B=2 N=2 S=4 KVS=9 D=16 act_q=4,2 act_kv=9,5",
+                    prefix(DType::kBFloat16, {4, 2, 16}), "key_shared_prefix");
+  ExpectUnsupported("mla_decode layout=BSND B=2 N=4 KVN=1 S=1 KVS=9 D=32 rope=1",
+                    prefix(DType::kBFloat16, {1, 4, 1, 32}), "key_shared_prefix");
+  // TND with query left padding (its actual lengths are always given).
+  ExpectUnsupported("tnd layout=TND B=2 N=2 S=4 KVS=9 D=16 act_q=4,2 act_kv=9,5", QueryPadding(0),
+                    "query_padding_size");
+  // int4 key / value with post-quantization.
+  ExpectUnsupported("int4 layout=BSH dtype=f16 B=2 N=2 S=1 KVS=9 D=64 kv=int4 kmode=0",
+                    [](FiaArgs& a, testutil::Arena& ar) { a.quant_scale2 = ar.F32({1}, 1.f); },
+                    "quant_scale2");
+  // KV-separated antiquant at Q_S > 1 with a tensor list or page attention.
+  ExpectLineUnsupported("kvsep_list layout=BSND B=2 N=2 S=4 KVS=9 D=32 kv=int8 kmode=1 list=1 "
+                        "act_kv=9,5",
+                        "key_antiquant_scale");
+  ExpectLineUnsupported("kvsep_paged layout=BSND B=2 N=2 S=4 KVS=40 D=32 kv=int8 kmode=1 page=16 "
+                        "act_kv=40,9",
+                        "key_antiquant_scale");
+  // MLA with a tensor list.
+  ExpectLineUnsupported("mla_list layout=BSND B=2 N=4 KVN=1 S=1 KVS=9 D=32 rope=1 list=1 act_kv=9,5",
+                        "key_rope");
+}
+
 // ---- actual_shared_prefix_len without a shared prefix ----
 TEST(FiaNoEffect, PrefixLengthWithoutPrefix) {
   // Older generations of the operator's tests pass it that way; the operator ignores it.

@@ -315,11 +315,17 @@ TEST(KvqsfaValidate, PagedKvLengthsAddressableByBlockTable) {
   Built P = Build(SmallPa());
   ExpectError(P, [&P](KvqsfaArgs&) { P.act_kv[1] = 33; }, "actual_seq_lengths_kv");
 }
-TEST(KvqsfaValidate, BlockTableOnlyWhenPaged) {
+TEST(KvqsfaValidate, BlockTableWithoutPagedCacheHasNoEffect) {
+  // Without PA_BSND a block_table addresses nothing: the call ignores it (even out-of-range ids).
   Built B = Build(Small());
-  static int32_t bt[2] = {0, 1};
-  ExpectError(B, [](KvqsfaArgs& a) { a.block_table = TensorView(bt, DType::kInt32, {2, 1}); },
-              "block_table");
+  const int64_t n = B.out_sizes[0] * B.out_sizes[1] * B.out_sizes[2] * B.out_sizes[3];
+  std::vector<uint16_t> o0(n), o1(n, 0xFFFF);
+  KvQuantSparseFlashAttention(B.Args(), TensorView(o0.data(), DType::kBFloat16, B.out_sizes));
+  KvqsfaArgs a = B.Args();
+  static int32_t bt[2] = {-7, 1 << 30};
+  a.block_table = TensorView(bt, DType::kInt32, {2, 1});
+  KvQuantSparseFlashAttention(a, TensorView(o1.data(), DType::kBFloat16, B.out_sizes));
+  EXPECT_EQ(o0, o1);
 }
 
 // ---- sparse_indices contents ----

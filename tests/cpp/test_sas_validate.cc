@@ -84,7 +84,6 @@ TEST(SasValidate, CmpCacheAndRatio) {
   ExpectError([](Call& c) { c.a.cmp_kv.dtype = DType::kFloat16; }, "cmp_kv");
   ExpectError([](Call& c) { c.a.cmp_ratio.reset(); }, "cmp_ratio");
   ExpectError([](Call& c) { c.a.cmp_ratio = 8; }, "cmp_ratio", kU);
-  ExpectError([](Call& c) { c.a.cmp_kv = TensorView(); }, "cmp_sparse_indices");
 }
 
 TEST(SasValidate, ModesAndUnsupportedArguments) {
@@ -105,13 +104,14 @@ TEST(SasValidate, ModesAndUnsupportedArguments) {
 
 TEST(SasValidate, ArgumentsWithoutEffectAreAccepted) {
   Call c;
-  // ori_sparse_indices has no effect (any int32 values); a cmp_block_table without cmp_kv is unused.
+  // ori_sparse_indices has no effect (any int32 values); without cmp_kv, cmp_ratio (any value),
+  // cmp_block_table and cmp_sparse_indices have none either.
   std::vector<int32_t> junk(7 * 4, -12345);
   c.a.ori_sparse_indices = TensorView(junk.data(), DType::kInt32, {7, 1, 4});
   c.a.cu_seqlens_ori_kv = TensorView(junk.data(), DType::kInt32, {3});
   EXPECT_NO_THROW(SparseAttnSharedkvOutputSpec(c.a));
   c.a.cmp_kv = TensorView();
-  c.a.cmp_sparse_indices = TensorView();
+  c.a.cmp_ratio = 8;
   EXPECT_NO_THROW(SparseAttnSharedkvOutputSpec(c.a));
   // BSND ignores cu_seqlens_q.
   Call b(false);

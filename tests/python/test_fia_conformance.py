@@ -87,7 +87,7 @@ def test_causal_mask_content_is_not_read(line):
     assert torch.equal(base[0], zeros[0]) and torch.equal(base[1], zeros[1])
 
 
-# ---- non-contiguous inputs: the Python front end copies them ----
+# ---- non-contiguous inputs: the Python front end copies them (not in NPU-strict mode) ----
 
 def test_non_contiguous_views_are_copied():
     q, k, v, kw = _inputs("nc layout=BNSD dtype=f16 B=2 N=4 KVN=2 S=5 KVS=9 D=16 mask=full pse=1 "
@@ -104,6 +104,20 @@ def test_non_contiguous_views_are_copied():
     assert all(not t.is_contiguous() for t in views.values())
     out = _check_oracle(strided(q), strided(k), strided(v), dict(kw, **views), "views")
     assert torch.equal(base[0], out[0]) and torch.equal(base[1], out[1])
+    # NPU-strict mode: no copy, so the operator refuses each view by its rule, naming it.
+    prev = openfia.get_npu_strict()
+    try:
+        openfia.set_npu_strict(True)
+        for name in ("query", "key", "value", *views):
+            args = dict(query=q, key=k, value=v, **kw)
+            args[name] = views[name] if name in views else strided(args[name])
+            with pytest.raises(openfia.OpenfiaError, match="不支持非连续") as err:
+                openfia.npu_fused_infer_attention_score(**args)
+            assert err.value.argument == name
+        out = openfia.npu_fused_infer_attention_score(q, k, v, **kw)  # contiguous: accepted
+        assert torch.equal(base[0], out[0])
+    finally:
+        openfia.set_npu_strict(prev)
 
 
 # ---- learnable sinks through torch.ops and torch.compile; output layouts in the fake kernel ----

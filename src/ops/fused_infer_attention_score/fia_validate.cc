@@ -442,7 +442,9 @@ class Analyzer {
               "given");
     OPENFIA_CHECK(!a_.key_antiquant_offset.defined() || a_.key_antiquant_scale.defined(),
                   "key_antiquant_offset", "requires key_antiquant_scale", "scale is None");
-    OPENFIA_CHECK(!a_.antiquant_offset.defined() || a_.antiquant_scale.defined(),
+    // The legacy parameters are ignored when the KV-separated ones are given.
+    OPENFIA_CHECK(!a_.antiquant_offset.defined() || a_.antiquant_scale.defined() ||
+                      a_.key_antiquant_scale.defined(),
                   "antiquant_offset", "requires antiquant_scale (非对称量化模式下需同时存在)",
                   "antiquant_scale is None");
     OPENFIA_CHECK(!a_.quant_offset2.defined() || a_.quant_scale2.defined(), "quant_offset2",

@@ -14,11 +14,13 @@ namespace {
 
 constexpr const char* kOpName = "npu_kv_quant_sparse_flash_attention";
 
-// `a` with its index tensors (the values that address memory) replaced by copies `snap` owns.
+// `a` with its index tensors (the values that address memory) replaced by copies `snap` owns. A
+// block_table without a paged cache has no effect, so the call does not take it at all.
 KvqsfaArgs WithSnapshot(const KvqsfaArgs& a, internal::Snapshot* snap) {
   KvqsfaArgs c = a;
   c.sparse_indices = snap->Take(a.sparse_indices, "sparse_indices");
-  c.block_table = snap->Take(a.block_table, "block_table");
+  c.block_table =
+      a.layout_kv == "PA_BSND" ? snap->Take(a.block_table, "block_table") : TensorView();
   c.actual_seq_lengths_query = snap->Take(a.actual_seq_lengths_query, "actual_seq_lengths_query");
   c.actual_seq_lengths_kv = snap->Take(a.actual_seq_lengths_kv, "actual_seq_lengths_kv");
   return c;

@@ -271,9 +271,7 @@ KvqsfaShape ValidateKvqsfa(const KvqsfaArgs& a) {
                       "block_table[", b, "][", j, "] = ", id);
       }
     }
-  } else {
-    OPENFIA_CHECK(!a.block_table.defined(), "block_table",
-                  "must be None unless layout_kv is PA_BSND", a.block_table.shape_string());
+  } else {  // a block_table has no effect here (the snapshot dropped it)
     if (kv_tnd) {
       OPENFIA_CHECK(a.actual_seq_lengths_kv.defined(), "actual_seq_lengths_kv",
                     "is required when layout_kv is TND", "None");

@@ -26,9 +26,12 @@ int64_t ReadIndex(const TensorView& t, int64_t i) {
 
 SasArgs SnapshotSas(const SasArgs& a, Snapshot* snap) {
   SasArgs c = a;
-  c.cmp_sparse_indices = snap->Take(a.cmp_sparse_indices, "cmp_sparse_indices");
+  // Without cmp_kv the compressed entries' indices and block table have no effect: not taken.
+  const bool cmp = a.cmp_kv.defined();
+  c.cmp_sparse_indices =
+      cmp ? snap->Take(a.cmp_sparse_indices, "cmp_sparse_indices") : TensorView();
   c.ori_block_table = snap->Take(a.ori_block_table, "ori_block_table");
-  c.cmp_block_table = snap->Take(a.cmp_block_table, "cmp_block_table");
+  c.cmp_block_table = cmp ? snap->Take(a.cmp_block_table, "cmp_block_table") : TensorView();
   c.cu_seqlens_q = snap->Take(a.cu_seqlens_q, "cu_seqlens_q");
   c.seqused_kv = snap->Take(a.seqused_kv, "seqused_kv");
   c.metadata = snap->Take(a.metadata, "metadata");
@@ -307,10 +310,6 @@ SasOutputSpec ValidateSas(const SasArgs& a, SasConfig* cfg) {
     OPENFIA_CHECK_SUPPORTED(*a.cmp_ratio == 4 || *a.cmp_ratio == 128, "cmp_ratio",
                             "must be 4 or 128", *a.cmp_ratio);
     c.cmp_ratio = *a.cmp_ratio;
-  } else {
-    OPENFIA_CHECK(!a.cmp_sparse_indices.defined(), "cmp_sparse_indices",
-                  "must be None without cmp_kv (SCFA passes ori_kv, cmp_kv and the indices)",
-                  a.cmp_sparse_indices.shape_string());
   }
 
   // ---- modes, arguments without effect, unsupported arguments ----
