@@ -60,9 +60,12 @@ for kind in static shared; do
   cmake -S examples/cpp -B "$TMP/example-$kind" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
   cmake --build "$TMP/example-$kind" -j"$JOBS"
   exe=$TMP/example-$kind/openfia_example
-  if [ "$kind" = shared ] && ! ldd "$exe" | grep -q "$prefix/.*libopenfia.so"; then
+  # ldd's output is taken whole first: under pipefail, grep -q closing the pipe early can make
+  # ldd die of SIGPIPE and the pipeline fail although the line was found.
+  deps=$(ldd "$exe")
+  if [ "$kind" = shared ] && ! grep -q "$prefix/.*libopenfia.so" <<<"$deps"; then
     echo "FAIL: $exe is not linked against the installed libopenfia.so:" >&2
-    ldd "$exe" >&2
+    echo "$deps" >&2
     exit 1
   fi
   "$exe"
