@@ -241,5 +241,36 @@ TEST(DecodeBf16, QuantizedValueCorners) {
   }
 }
 
+// The softmax step reduces a few rows' maxima and sums at once (ReduceRows4 on AVX-512): rows of
+// one KV head whose scores lie ~100 apart (query head h scaled by 2^(4 h)) overflow exp(s - m)
+// if a row ever took another row's maximum, and get wrong sums if it took another's sum.
+TEST(DecodeBf16, RowsWithFarApartScores) {
+  for (int64_t rows : {2, 4, 8}) {
+    CaseSpec s;
+    s.qe = Elem::kBF16;
+    s.oe = Elem::kF32;
+    s.h_q = 4 * rows;
+    s.h_kv = 4;
+    s.d_qk = s.d_v = 64;
+    s.block = 64;
+    s.batch = 1;
+    s.q_len = {1};
+    s.kv_len = {700};
+    s.seed = 90 + static_cast<int>(rows);
+    s.scale = 1.0;
+    s.lse = true;
+    const auto edit = [](Case& c) {
+      Problem& p = c.problem();
+      uint16_t* q = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.q.data));
+      for (int64_t h = 0; h < p.h_q; ++h)
+        for (int64_t d = 0; d < p.d_qk; ++d) {
+          uint16_t& x = q[p.q.Offset(0, h, 0, d)];
+          x = cvt::F32ToBF16(cvt::BF16ToF32(x) * std::ldexp(1.f, static_cast<int>(4 * (h % 4))));
+        }
+    };
+    RunCase(s, edit, false);
+  }
+}
+
 }  // namespace
 }  // namespace openfia::internal::testing

@@ -131,6 +131,22 @@ struct Avx512Vec {
     return _mm512_permutexvar_ps(idx, z);
   }
 
+  // Lane r < 4: op over the 16 lanes of v[r], for 4 rows (v[0..3]; lanes 4-15 unspecified):
+  // the lanes paired as ReduceRows pairs them, so each row's result is bitwise ReduceRows'.
+  template <typename Op>
+  __attribute__((always_inline)) static inline T ReduceRows4(const T* v, Op op) {
+    const T t0 = op(_mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                    _mm512_shuffle_f32x4(v[0], v[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const T t1 = op(_mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                    _mm512_shuffle_f32x4(v[2], v[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    // 128-bit lane k: row k's four partials (lanes i, i + 4, i + 8, i + 12 combined).
+    const T u = op(_mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)),
+                   _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+    const T x = op(u, _mm512_shuffle_ps(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
+    const T y = op(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm512_permutexvar_ps(_mm512_set_epi32(15, 14, 13, 11, 10, 9, 7, 6, 5, 3, 2, 1, 12, 8, 4, 0), y);
+  }
+
   // 16x16 transpose: unpack ps, unpack pd, then two rounds of 128-bit lane shuffles.
   __attribute__((always_inline)) static inline void Transpose(T* r) {
     T t[16], u[16];

@@ -820,6 +820,11 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       it.dot_qk && !it.int_qk && !it.ks.quant() && it.dot_pv && !it.vs.quant() && R > 2;
   [[maybe_unused]] bool pv_later[kItemRows] = {};
   [[maybe_unused]] DecStream stream;
+  // The token-major walk runs one softmax step over the rows of every head at once (their scores,
+  // P, states and accumulators lie row after row when R fills its row groups): 16-row groups
+  // reduce and update together instead of a 4-row step per head.
+  bool joint_softmax = token_major && R == Rp;
+  for (int64_t x = 0; x < nh; ++x) joint_softmax = joint_softmax && sc.exact[x] == 0.f;
 
   DecTileRows tiles[2];
   DecPrefetch pf;
@@ -858,6 +863,9 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       const int64_t hk = w.hk + x;
       float* S = sc.S + (token_major ? x * Rp * TNk : 0);
       float* P = sc.P + (token_major ? x * Rp * TNk : 0);
+      // The token-major walk keeps every head's bf16 P, rows of TNk words one after the other.
+      uint16_t* P16 = token_major ? reinterpret_cast<uint16_t*>(sc.P) + x * Rp * TNk
+                                  : reinterpret_cast<uint16_t*>(P);
       pv_later[x] = false;
       const float* q = sc.q + x * Rp * D;
       const RowStates o{out.m + x * R, out.l + x * R, out.acc + x * R * out.acc_stride,
@@ -940,6 +948,8 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
         for (int64_t n = nk; n < npad; ++n) S[r * TNk + n] = kNegInf;
       }
 
+      if (joint_softmax) continue;  // after the last head (below)
+
       // P, and the rows' m, l, accumulators and extra sums.
       SoftmaxStep st;
       st.s = S;
@@ -951,7 +961,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       st.store.pe = it.qe;
       if (it.dot_pv && !it.int_pv) {
         st.store.kind = SoftmaxStore::Kind::kBf16;
-        st.store.p = reinterpret_cast<uint16_t*>(P);
+        st.store.p = P16;
         st.store.ldp = TNk;
       } else {
         st.store.kind = SoftmaxStore::Kind::kRounded;
@@ -968,9 +978,10 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
 
       // acc += P V.
       if (!it.vs.quant() && DecTinyP(it, S, o.m, nk)) {
+        // The fp32 P over the scores (the token-major walk's P buffer holds the heads' bf16 P).
         DecKeyParams(it.vs, t.vc, nk, hk, vsc, vof);
-        DecExactP(it, S, o.m, vsc, nk, P);
-        in_channel_order([&] { pv(it, P, t, x, o.acc, o.acc_stride, pf); });
+        DecExactP(it, S, o.m, vsc, nk, S);
+        in_channel_order([&] { pv(it, S, t, x, o.acc, o.acc_stride, pf); });
         continue;
       }
       // fp32 products on the P of the softmax (rounded to the query dtype), in channel order.
@@ -1028,13 +1039,47 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
         const char* vr[kTileKeys + 1];
         for (int64_t n = 0; n < nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
         vr[nk] = reinterpret_cast<const char*>(kDecZeroRow);
-        DotPv(it, reinterpret_cast<const uint16_t*>(P), vr, nk, o.acc, o.acc_stride, pf);
+        DotPv(it, P16, vr, nk, o.acc, o.acc_stride, pf);
         continue;
       }
 #endif
       fma_pv();
     }
 #if defined(OPENFIA_DECODE_DOT)
+    if (joint_softmax) {
+      SoftmaxStep st;
+      st.s = sc.S;
+      st.lds = TNk;
+      st.rows = nh * R;
+      st.nk = nk;
+      st.npad = npad;
+      st.scale = it.scale;
+      st.store.pe = it.qe;
+      st.store.kind = SoftmaxStore::Kind::kBf16;
+      st.store.p = reinterpret_cast<uint16_t*>(sc.P);
+      st.store.ldp = TNk;
+      st.m = out.m;
+      st.l = out.l;
+      st.acc = out.acc;
+      st.acc_stride = out.acc_stride;
+      st.ldv = it.ldv;
+      RunSoftmaxStep(st);
+      for (int64_t x = 0; x < nh; ++x) {
+        float* S = sc.S + x * Rp * TNk;
+        const RowStates o{out.m + x * R, out.l + x * R, out.acc + x * R * out.acc_stride,
+                          out.acc_stride};
+        if (DecTinyP(it, S, o.m, nk)) {  // as the per-head step above does
+          DecKeyParams(it.vs, t.vc, nk, w.hk + x, vsc, vof);
+          DecExactP(it, S, o.m, vsc, nk, S);
+          DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
+          pv(it, S, t, x, o.acc, o.acc_stride, pf);
+          DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
+          pv_later[x] = false;
+        } else {
+          pv_later[x] = true;
+        }
+      }
+    }
     if (token_major)  // P V of every head (value rows past nk: a zero row, P 0 there)
       for (int64_t n0 = 0; n0 < nk; n0 += kDecRun) {
         const int64_t n = std::min(kDecRun, nk - n0);
@@ -1044,7 +1089,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
           const char* vr[kDecRun + 1];
           for (int64_t i = 0; i < n; ++i) vr[i] = t.v[n0 + i] + x * t.vstep[n0 + i];
           vr[n] = reinterpret_cast<const char*>(kDecZeroRow);
-          DotPv(it, reinterpret_cast<const uint16_t*>(sc.P + x * Rp * TNk) + n0, vr, n,
+          DotPv(it, reinterpret_cast<const uint16_t*>(sc.P) + x * Rp * TNk + n0, vr, n,
                 out.acc + x * R * out.acc_stride, out.acc_stride, pf);
         }
       }

@@ -45,12 +45,21 @@ concept SoftmaxHasReduceRows = requires(typename VV::T* p) {
   VV::ReduceRows(p, [](typename VV::T a, typename VV::T) { return a; });
 };
 template <class VV>
+concept SoftmaxHasReduceRows4 = requires(const typename VV::T* p) {
+  VV::ReduceRows4(p, [](typename VV::T a, typename VV::T) { return a; });
+};
+template <class VV>
 concept SoftmaxHasStoreBF16Normal =
     requires(uint16_t* p, typename VV::T e) { VV::StoreBF16Normal(p, e); };
 
 // Lane r < kW of the result: op over the lanes of part[r] (part is overwritten). VV: V.
+// With `four`, only part[0..3] are read and lanes r < 4 are meaningful (decode steps have a few
+// rows: a 16-row tree would spend most of its shuffles on padding rows).
 template <class VV, class Op>
-inline typename VV::T SoftmaxReduceRows(typename VV::T* part, Op op) {
+inline typename VV::T SoftmaxReduceRows(typename VV::T* part, Op op, bool four = false) {
+  if constexpr (SoftmaxHasReduceRows4<VV>) {
+    if (four) return VV::ReduceRows4(part, op);
+  }
   if constexpr (SoftmaxHasReduceRows<VV>) {
     return VV::ReduceRows(part, op);
   } else {
@@ -146,15 +155,19 @@ struct SoftmaxGroup {
     if (max_scale != 1.f) tmax = V::Mul(tmax, V::Set1(max_scale));
     alignas(64) float t[W], mold[W];
     V::Store(t, tmax);
-    for (int i = 0; i < W; ++i) {
-      mold[i] = i < g ? m[i] : 0.f;
+    for (int i = 0; i < g; ++i) {
+      mold[i] = m[i];
       float mn = std::isnan(t[i]) ? mold[i] : std::max(mold[i], t[i]);
       dead[i] = false;
-      if (i < g && mn == kNegInf) {
+      if (mn == kNegInf) {
         if (has_nan(i)) mn = std::numeric_limits<float>::quiet_NaN();
         else dead[i] = true;
       }
-      m_new[i] = i < g ? mn : 0.f;
+      m_new[i] = mn;
+    }
+    for (int i = g; i < W; ++i) {  // lanes without a row
+      mold[i] = m_new[i] = 0.f;
+      dead[i] = false;
     }
     V::Store(alpha, V::Exp(V::Sub(V::Load(mold), V::Load(m_new))));
     for (int i = 0; i < g; ++i) {
@@ -209,19 +222,21 @@ inline void RunSoftmaxStep(const SoftmaxStep& st) {
   const bool raw_max = st.scale > 0.f;
   for (int64_t r0 = 0; r0 < st.rows; r0 += W) {
     const int g = static_cast<int>(std::min<int64_t>(W, st.rows - r0));
+    const bool four = g <= 4 && SoftmaxHasReduceRows4<V>;
+    const int parts = four ? 4 : W;  // partial vectors the reductions read
     typename V::T part[W];
-    for (int i = 0; i < W; ++i)
+    for (int i = 0; i < parts; ++i)
       part[i] = i < g ? SoftmaxRowMax(st.s + (r0 + i) * st.lds, st.npad, raw_max ? 1.f : st.scale)
                       : V::Set1(-std::numeric_limits<float>::infinity());
     SoftmaxGroup grp;
-    grp.Rule(SoftmaxReduceRows<V>(part, [](auto a, auto b) { return V::Max(a, b); }),
+    grp.Rule(SoftmaxReduceRows<V>(part, [](auto a, auto b) { return V::Max(a, b); }, four),
              raw_max ? st.scale : 1.f, st.m + r0, g, [&](int i) {
                const float* s = st.s + (r0 + i) * st.lds;
                for (int64_t n = 0; n < st.nk; ++n)
                  if (std::isnan(s[n])) return true;
                return false;
              });
-    for (int i = 0; i < W; ++i) {
+    for (int i = 0; i < parts; ++i) {
       part[i] = V::Zero();
       if (i >= g) continue;
       float* s = st.s + (r0 + i) * st.lds;
@@ -233,7 +248,7 @@ inline void RunSoftmaxStep(const SoftmaxStep& st) {
                          : SoftmaxRowExp<false>(s, st.npad, st.scale, grp.m_new[i], st.store,
                                                 r0 + i);
     }
-    grp.Finish(SoftmaxReduceRows<V>(part, [](auto a, auto b) { return V::Add(a, b); }),
+    grp.Finish(SoftmaxReduceRows<V>(part, [](auto a, auto b) { return V::Add(a, b); }, four),
                st.m + r0, st.l + r0, st.acc ? st.acc + r0 * st.acc_stride : nullptr,
                st.acc_stride, st.ldv, st.aux ? st.aux + r0 : nullptr);
   }
