@@ -2,10 +2,10 @@
 // queries on the avx512bf16 target where Bf16DotTiles. Included by decode-inl.h inside the
 // target's namespace when OPENFIA_DECODE_DOT is defined.
 //
-//   S = Q K^T  rows in passes of 4: a query vector holds 4 rows x 4 channel pairs of 8 channels,
-//              and each key's same 8 channels are broadcast to the 4 row lanes (one 128-bit
-//              broadcast load), so one VDPBF16PS is 32 useful products with no reduction per
-//              key: 16 keys x 4 rows = 16 accumulators, summed over their 4 pair lanes by a
+//   S = Q K^T  rows in passes of 4: a query vector holds 2 rows x 8 channel pairs (16
+//              channels), and each key's same 16 channels are broadcast to both 256-bit halves
+//              (one 32-byte broadcast load, two VDPBF16PS of 32 useful products: rows 0-1 and
+//              2-3); 4 keys x 2 row pairs = 8 accumulators, summed over their 8 pair lanes by a
 //              shuffle tree and a 4 x 4 block transpose into the rows' scores. 1 or 2 rows: the
 //              key row against the query row, 16 keys, summed by V::ReduceRows.
 //   P V        two value rows interleaved into bf16 pairs (V[n][c], V[n + 1][c]) by VPUNPCK{L,H}WD
@@ -20,9 +20,10 @@ __attribute__((always_inline)) inline __m512bh DotBh(__m512i x) {
 }
 
 // The bf16 query rows of one head (fp32 rows qf [R padded][D]) as the score products read them:
-// R <= 2, rows of D / 2 pairs; else groups of 4 rows, each D / 8 vectors of 16 words, word 4 r + j
-// = channels (8 c + 2 j, 8 c + 2 j + 1) of row r. residual: the rounding residuals
-// bf16(q - bf16(q)) instead, so that hi + lo carries a fp32 query to 16 bits.
+// R <= 2, rows of D / 2 pairs; else groups of 4 rows, each D / 16 chunks of two vectors of 16
+// words (rows 0-1, then rows 2-3), word 8 h + j of vector p of chunk c = channels (16 c + 2 j,
+// 16 c + 2 j + 1) of row 2 p + h. residual: the rounding residuals bf16(q - bf16(q)) instead, so
+// that hi + lo carries a fp32 query to 16 bits.
 inline void DotPackQuery(const float* qf, int64_t R, int64_t D, uint32_t* qp, bool residual) {
   const auto word = [residual](float v) {
     const uint16_t hi = cvt::F32ToBF16(v);
@@ -38,11 +39,11 @@ inline void DotPackQuery(const float* qf, int64_t R, int64_t D, uint32_t* qp, bo
     return;
   }
   for (int64_t g = 0; 4 * g < R; ++g)
-    for (int64_t c = 0; c < D / 8; ++c)
+    for (int64_t c = 0; c < D / 16; ++c)
       for (int r = 0; r < 4; ++r) {
-        const float* row = qf + (4 * g + r) * D + 8 * c;
-        for (int j = 0; j < 4; ++j)
-          qp[g * 2 * D + c * 16 + 4 * r + j] = pair(row[2 * j], row[2 * j + 1]);
+        const float* row = qf + (4 * g + r) * D + 16 * c;
+        uint32_t* v = qp + g * 2 * D + (2 * c + r / 2) * 16 + (r % 2) * 8;
+        for (int j = 0; j < 8; ++j) v[j] = pair(row[2 * j], row[2 * j + 1]);
       }
 }
 
@@ -95,10 +96,6 @@ inline bool DotQueryOk(const float* qf, int64_t n) {
   return bad == 0;
 }
 
-// Four keys k4 against a group of 4 packed query rows q (and with kLo their residuals ql): the
-// query's D / 8 vectors against each key's 8-channel broadcasts (one key row pointer per key
-// live), two accumulators per key for the VDPBF16PS latency. Returns block r = row r's scores of
-// the 4 keys.
 // out[i] holds keys 4i..4i+3 as 128-bit lanes of query rows 0..3; row[r] gets row r's 16
 // scores in key order (a 4 x 4 transpose of 128-bit lanes).
 inline void DotRowsOfFours(const __m512 out[4], __m512 row[4]) {
@@ -112,33 +109,47 @@ inline void DotRowsOfFours(const __m512 out[4], __m512 row[4]) {
   row[3] = _mm512_shuffle_f32x4(t1, t3, 0xDD);
 }
 
+// Four keys k4 against a group of 4 packed query rows q (and with kLo their residuals ql): each
+// key's 16 channels broadcast to both 256-bit halves (one 32-byte load), against rows 0-1 and
+// rows 2-3 of the same channels: two VDPBF16PS per broadcast, 32 useful products each (a
+// 16-byte broadcast against 4 rows fed one product per load and ran ~1.25x slower on Zen 4).
+// Returns block r = row r's scores of the 4 keys.
 template <bool kLo>
 __attribute__((always_inline)) inline __m512 DotQk4(const uint32_t* q, const uint32_t* ql,
                                                     const char* const* k4, int64_t D) {
   __m512 a[4][2];
   OPENFIA_UNROLL
   for (int k = 0; k < 4; ++k) a[k][0] = a[k][1] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < D / 8; c += 2) {  // D is a multiple of 16
+  for (int64_t c = 0; c < D / 16; ++c) {  // D is a multiple of 16
+    const __m512bh q0 = DotBh(_mm512_loadu_si512(q + 2 * c * 16));
+    const __m512bh q1 = DotBh(_mm512_loadu_si512(q + (2 * c + 1) * 16));
+    __m512bh l0 = q0, l1 = q1;
+    if constexpr (kLo) {
+      l0 = DotBh(_mm512_loadu_si512(ql + 2 * c * 16));
+      l1 = DotBh(_mm512_loadu_si512(ql + (2 * c + 1) * 16));
+    }
     OPENFIA_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      const __m512bh qv = DotBh(_mm512_loadu_si512(q + (c + h) * 16));
-      __m512bh qw = qv;
-      if constexpr (kLo) qw = DotBh(_mm512_loadu_si512(ql + (c + h) * 16));
-      OPENFIA_UNROLL
-      for (int k = 0; k < 4; ++k) {
-        const __m512bh kb = DotBh(_mm512_broadcast_i32x4(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(k4[k] + 16 * (c + h)))));
-        a[k][h] = _mm512_dpbf16_ps(a[k][h], kb, qv);
-        if constexpr (kLo) a[k][h] = _mm512_dpbf16_ps(a[k][h], kb, qw);
+    for (int k = 0; k < 4; ++k) {
+      const __m512bh kb = DotBh(_mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k4[k] + 32 * c))));
+      a[k][0] = _mm512_dpbf16_ps(a[k][0], kb, q0);
+      a[k][1] = _mm512_dpbf16_ps(a[k][1], kb, q1);
+      if constexpr (kLo) {
+        a[k][0] = _mm512_dpbf16_ps(a[k][0], kb, l0);
+        a[k][1] = _mm512_dpbf16_ps(a[k][1], kb, l1);
       }
     }
   }
-  // a[k] lane 4 r + j: row r's partial sum over pair lane j.
-  const __m512 x0 = _mm512_add_ps(a[0][0], a[0][1]), x1 = _mm512_add_ps(a[1][0], a[1][1]);
-  const __m512 x2 = _mm512_add_ps(a[2][0], a[2][1]), x3 = _mm512_add_ps(a[3][0], a[3][1]);
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_ps(x0, x1, 0x88), _mm512_shuffle_ps(x0, x1, 0xDD));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_ps(x2, x3, 0x88), _mm512_shuffle_ps(x2, x3, 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x88), _mm512_shuffle_ps(ab, cd, 0xDD));
+  // a[k][p] lane 8 h + j: row 2 p + h's partial sum over pair lane j. Sum j with j + 4 (128-bit
+  // lane r: row r's 4 partials), then pairs, then the last two: lane 4 r + k = row r, key k.
+  __m512 w[4];
+  OPENFIA_UNROLL
+  for (int k = 0; k < 4; ++k)
+    w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[k][0], a[k][1], 0x88),
+                         _mm512_shuffle_f32x4(a[k][0], a[k][1], 0xDD));
+  const __m512 x0 = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x44), _mm512_shuffle_ps(w[0], w[1], 0xEE));
+  const __m512 x1 = _mm512_add_ps(_mm512_shuffle_ps(w[2], w[3], 0x44), _mm512_shuffle_ps(w[2], w[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(x0, x1, 0x88), _mm512_shuffle_ps(x0, x1, 0xDD));
 }
 
 // S[r][n] = q_r . K_n for the R rows of a head and keys n < nk (bf16 key rows kr): packed query
