@@ -144,7 +144,8 @@ struct Avx512Vec {
                    _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
     const T x = op(u, _mm512_shuffle_ps(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
     const T y = op(x, _mm512_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm512_permutexvar_ps(_mm512_set_epi32(15, 14, 13, 11, 10, 9, 7, 6, 5, 3, 2, 1, 12, 8, 4, 0), y);
+    const __m512i idx = _mm512_set_epi32(15, 14, 13, 11, 10, 9, 7, 6, 5, 3, 2, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(idx, y);  // lanes 0, 4, 8, 12 to 0-3
   }
 
   // 16x16 transpose: unpack ps, unpack pd, then two rounds of 128-bit lane shuffles.

@@ -580,10 +580,10 @@ inline void DecExactP(const DecItem& it, const float* S, const float* m, const f
 }
 
 // One tile of head x in the reference's element order: each K / V element dequantized as
-// (x + o) s rounded as the reference rounds it (LoadElem, Problem::kv_round_elem), fp32 products, the exact exp. With vfactored a
-// per-channel V stays in the factored form the head's other tiles use (its integers here, sum(P)
-// into aux). For tiles whose per-token parameters are not all finite, and every tile of a head
-// whose per-channel parameters are not.
+// (x + o) s rounded as the reference rounds it (LoadElem, Problem::kv_round_elem), fp32
+// products, the exact exp. With vfactored a per-channel V stays in the factored form the head's
+// other tiles use (its integers here, sum(P) into aux). For tiles whose per-token parameters are
+// not all finite, and every tile of a head whose per-channel parameters are not.
 inline void DecodeExactTile(const DecItem& it, const DecTileRows& t, int64_t x, float* S,
                             float* P, float* aux, const RowStates& o, bool vfactored) {
   const Problem& p = *it.p;
