@@ -678,6 +678,26 @@ inline DecPvFn DecPickPv(DecFmt f) {
   }
 }
 
+// The softmax step of `rows` rows of scores S (row stride kTileKeys) with states o; the caller
+// says where P goes (store) and passes any extra per-row sum (aux).
+inline SoftmaxStep DecSoftmaxStep(const DecItem& it, float* S, int64_t rows, int64_t nk,
+                                  int64_t npad, const RowStates& o) {
+  SoftmaxStep st;
+  st.s = S;
+  st.lds = kTileKeys;
+  st.rows = rows;
+  st.nk = nk;
+  st.npad = npad;
+  st.scale = it.scale;
+  st.store.pe = it.qe;
+  st.m = o.m;
+  st.l = o.l;
+  st.acc = o.acc;
+  st.acc_stride = o.acc_stride;
+  st.ldv = it.ldv;
+  return st;
+}
+
 // Whether a probability of some row fell below the probability exp's floor in this tile: a live
 // score with scale s - m < -86.5 (its exact P is tiny but not 0).
 inline bool DecTinyP(const DecItem& it, const float* S, const float* m, int64_t nk) {
@@ -951,14 +971,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       if (joint_softmax) continue;  // after the last head (below)
 
       // P, and the rows' m, l, accumulators and extra sums.
-      SoftmaxStep st;
-      st.s = S;
-      st.lds = TNk;
-      st.rows = R;
-      st.nk = nk;
-      st.npad = npad;
-      st.scale = it.scale;
-      st.store.pe = it.qe;
+      SoftmaxStep st = DecSoftmaxStep(it, S, R, nk, npad, o);
       if (it.dot_pv && !it.int_pv) {
         st.store.kind = SoftmaxStore::Kind::kBf16;
         st.store.p = P16;
@@ -968,11 +981,6 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
         st.store.pf = P;
         st.store.ldpf = TNk;
       }
-      st.m = o.m;
-      st.l = o.l;
-      st.acc = o.acc;
-      st.acc_stride = o.acc_stride;
-      st.ldv = it.ldv;
       st.aux = v_aux ? ax : nullptr;
       RunSoftmaxStep(st);
 
@@ -1047,22 +1055,10 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
     }
 #if defined(OPENFIA_DECODE_DOT)
     if (joint_softmax) {
-      SoftmaxStep st;
-      st.s = sc.S;
-      st.lds = TNk;
-      st.rows = nh * R;
-      st.nk = nk;
-      st.npad = npad;
-      st.scale = it.scale;
-      st.store.pe = it.qe;
+      SoftmaxStep st = DecSoftmaxStep(it, sc.S, nh * R, nk, npad, out);
       st.store.kind = SoftmaxStore::Kind::kBf16;
       st.store.p = reinterpret_cast<uint16_t*>(sc.P);
       st.store.ldp = TNk;
-      st.m = out.m;
-      st.l = out.l;
-      st.acc = out.acc;
-      st.acc_stride = out.acc_stride;
-      st.ldv = it.ldv;
       RunSoftmaxStep(st);
       for (int64_t x = 0; x < nh; ++x) {
         float* S = sc.S + x * Rp * TNk;
