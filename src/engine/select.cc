@@ -105,7 +105,6 @@ bool Bf16DotTiles() {
 #endif
 }
 
-
 KernelChoice::KernelChoice(const Problem& p) : p_(p) {
   const std::string name = KernelSetting();
   if (!name.empty()) {

@@ -842,9 +842,9 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   [[maybe_unused]] DecStream stream;
   // The token-major walk runs one softmax step over the rows of every head at once (their scores,
   // P, states and accumulators lie row after row when R fills its row groups): 16-row groups
-  // reduce and update together instead of a 4-row step per head.
-  bool joint_softmax = token_major && R == Rp;
-  for (int64_t x = 0; x < nh; ++x) joint_softmax = joint_softmax && sc.exact[x] == 0.f;
+  // reduce and update together instead of a 4-row step per head. (Its K / V are floats, so no
+  // head runs the reference's element order.)
+  const bool joint_softmax = token_major && R == Rp;
 
   DecTileRows tiles[2];
   DecPrefetch pf;
@@ -879,11 +879,30 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
     }
 #endif
     bool kfinite = true, vfinite = true;  // the tile's per-key parameters
+    // Runs f on head rows o's accumulators in channel order (the fp32 products and the exact
+    // paths), whatever order the VDPBF16PS P V keeps them in.
+    const auto in_channel_order = [&](const RowStates& o, auto&& f) {
+#if defined(OPENFIA_DECODE_DOT)
+      if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
+#endif
+      f();
+#if defined(OPENFIA_DECODE_DOT)
+      if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
+#endif
+    };
+    // Head x's probabilities fell below the probability exp's floor (DecTinyP) next to float
+    // values: the exact P over its scores S, times the values in fp32.
+    const auto exact_pv = [&](int64_t x, float* S, const RowStates& o) {
+      DecKeyParams(it.vs, t.vc, nk, w.hk + x, vsc, vof);
+      DecExactP(it, S, o.m, vsc, nk, S);
+      in_channel_order(o, [&] { pv(it, S, t, x, o.acc, o.acc_stride, pf); });
+    };
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t hk = w.hk + x;
       float* S = sc.S + (token_major ? x * Rp * TNk : 0);
-      float* P = sc.P + (token_major ? x * Rp * TNk : 0);
-      // The token-major walk keeps every head's bf16 P, rows of TNk words one after the other.
+      // The token-major walk keeps every head's bf16 P in sc.P, rows of TNk words one after the
+      // other; a fp32 P of its heads would go over their scores.
+      float* P = token_major ? S : sc.P;
       uint16_t* P16 = token_major ? reinterpret_cast<uint16_t*>(sc.P) + x * Rp * TNk
                                   : reinterpret_cast<uint16_t*>(P);
       pv_later[x] = false;
@@ -891,17 +910,6 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       const RowStates o{out.m + x * R, out.l + x * R, out.acc + x * R * out.acc_stride,
                         out.acc_stride};
       float* ax = sc.aux + x * R;
-      // Runs f on the head's accumulators in channel order (the fp32 products and the exact
-      // paths), whatever order the VDPBF16PS P V keeps them in.
-      const auto in_channel_order = [&](auto&& f) {
-#if defined(OPENFIA_DECODE_DOT)
-        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
-#endif
-        f();
-#if defined(OPENFIA_DECODE_DOT)
-        if (it.dot_pv) DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
-#endif
-      };
       // Per-key parameters (per token, head or tensor; read once per tile where they do not
       // depend on the head): a tile with one that is not finite runs the reference's element
       // order.
@@ -916,7 +924,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       const bool finite = kfinite && vfinite;
       const bool exact_head = sc.exact[x] != 0.f;
       if (!finite || exact_head) {
-        in_channel_order([&] { DecodeExactTile(it, t, x, S, P, ax, o, !exact_head); });
+        in_channel_order(o, [&] { DecodeExactTile(it, t, x, S, P, ax, o, !exact_head); });
         continue;
       }
 
@@ -986,10 +994,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
 
       // acc += P V.
       if (!it.vs.quant() && DecTinyP(it, S, o.m, nk)) {
-        // The fp32 P over the scores (the token-major walk's P buffer holds the heads' bf16 P).
-        DecKeyParams(it.vs, t.vc, nk, hk, vsc, vof);
-        DecExactP(it, S, o.m, vsc, nk, S);
-        in_channel_order([&] { pv(it, S, t, x, o.acc, o.acc_stride, pf); });
+        exact_pv(x, S, o);
         continue;
       }
       // fp32 products on the P of the softmax (rounded to the query dtype), in channel order.
@@ -1039,7 +1044,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
           vr[nk] = reinterpret_cast<const int8_t*>(kDecZeroRow);
           DotPvInt(it, p16, sig, vr, nk, o.acc, o.acc_stride, pf);
         } else {  // a P' that is not finite or too small for the integer form
-          in_channel_order(fma_pv);
+          in_channel_order(o, fma_pv);
         }
         continue;
       }
@@ -1064,16 +1069,8 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
         float* S = sc.S + x * Rp * TNk;
         const RowStates o{out.m + x * R, out.l + x * R, out.acc + x * R * out.acc_stride,
                           out.acc_stride};
-        if (DecTinyP(it, S, o.m, nk)) {  // as the per-head step above does
-          DecKeyParams(it.vs, t.vc, nk, w.hk + x, vsc, vof);
-          DecExactP(it, S, o.m, vsc, nk, S);
-          DotPermuteRows(o.acc, R, o.acc_stride, Dv, false);
-          pv(it, S, t, x, o.acc, o.acc_stride, pf);
-          DotPermuteRows(o.acc, R, o.acc_stride, Dv, true);
-          pv_later[x] = false;
-        } else {
-          pv_later[x] = true;
-        }
+        pv_later[x] = !DecTinyP(it, S, o.m, nk);  // as the per-head step above
+        if (!pv_later[x]) exact_pv(x, S, o);
       }
     }
     if (token_major)  // P V of every head (value rows past nk: a zero row, P 0 there)
