@@ -71,8 +71,10 @@ struct Dequant {
   bool logical = false;
 
   int64_t Index(int64_t b, int64_t h, int64_t s, int64_t d) const {
-    return b * sb + h * sh + s * ss + (d_group > 0 ? d / d_group : d) * sd;
+    return RowIndex(b, h, s) + (d_group > 0 ? d / d_group : d) * sd;
   }
+  // Index(b, h, s, 0), without the channel term's division.
+  int64_t RowIndex(int64_t b, int64_t h, int64_t s) const { return b * sb + h * sh + s * ss; }
 };
 
 // One of K, V or K-rope: where logical key j of batch b (0 <= j < prefix_len + kv_len[b]) lives.

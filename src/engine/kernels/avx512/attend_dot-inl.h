@@ -55,19 +55,29 @@ inline __m512i PairWords(__m512 a, __m512 b) {
   return _mm512_permutexvar_epi16(idx, ab);
 }
 
-// qp[r * ldqp + k] for k < ldqp (ldqp >= ceil(D / 2)): pairs of channels, zero past D.
+// 16 words of 32 channels in order, lo = channels [0, 16), hi = [16, 32) (bf16 values): word k
+// is the pair (channel 2k, channel 2k + 1).
+inline __m512 ChannelWords(__m512 lo, __m512 hi) {
+  return _mm512_castsi512_ps(reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+}
+
+// qp[r * ldqp + k] for k < ldqp (ldqp >= ceil(D / 2)): pairs of channels, zero past D. The 32
+// channels [2 k0, 2 k0 + 32) in order are the 16 words [k0, k0 + 16): one VCVTNE2PS2BF16.
 inline void QueryPairs(const float* q, int64_t rows, int64_t ldq, int64_t D, uint32_t* qp,
                        int64_t ldqp) {
-  alignas(64) float t[2][16];
+  auto lanes = [](int64_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xFFFF)
+                   : static_cast<__mmask16>((1u << std::max<int64_t>(n, 0)) - 1);
+  };
   for (int64_t r = 0; r < rows; ++r) {
     const float* qr = q + r * ldq;
     uint32_t* dst = qp + r * ldqp;
-    for (int64_t k0 = 0; k0 < ldqp; k0 += 16) {  // channels [2 k0, 2 k0 + 32)
-      for (int i = 0; i < 32; ++i) {
-        const int64_t d = 2 * k0 + i;
-        (i % 2 == 0 ? t[0] : t[1])[i / 2] = d < D ? qr[d] : 0.f;
-      }
-      _mm512_storeu_si512(dst + k0, PairWords(_mm512_load_ps(t[0]), _mm512_load_ps(t[1])));
+    for (int64_t k0 = 0; k0 < ldqp; k0 += 16) {
+      const int64_t d = 2 * k0;
+      const __m512 lo = _mm512_maskz_loadu_ps(lanes(D - d), qr + d);
+      const __m512 hi = _mm512_maskz_loadu_ps(lanes(D - d - 16), qr + d + 16);
+      _mm512_mask_storeu_epi32(dst + k0, lanes(ldqp - k0),
+                               reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
     }
   }
 }

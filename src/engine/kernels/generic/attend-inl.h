@@ -28,7 +28,7 @@ constexpr int kRB = OPENFIA_ATTEND_ROWS;  // register block: rows
 constexpr int kCB = OPENFIA_ATTEND_COLS;  // register block: vectors of columns
 
 #ifndef OPENFIA_PREFETCH_TILES
-#define OPENFIA_PREFETCH_TILES 4
+#define OPENFIA_PREFETCH_TILES 1
 #endif
 constexpr int W = V::kW;
 constexpr int64_t TN = kTileKeys;
@@ -192,6 +192,7 @@ struct DqRows {
   float s[TN], o[TN];   // per row
   alignas(64) float sc[1024], oc[1024];  // per channel
   float sg[TN][kDqGroups], og[TN][kDqGroups];  // per row and channel tile
+  uint8_t group[1024 / W];  // d_group > 0: the channel tile of channels [W v, W v + W)
   Elem elem = Elem::kI8;
   bool per_row = true, has_off = false;
   int64_t d_group = 0;  // > 0: per row and channel tile (sg / og)
@@ -215,11 +216,12 @@ inline bool MakeDqRows(const KvOperand& kv, const void* const* base, const int64
     const int64_t groups = (D + r->d_group - 1) / r->d_group;
     if (groups > kDqGroups) return false;
     r->per_row = false;
+    for (int64_t v = 0; v * W < D; ++v) r->group[v] = static_cast<uint8_t>(v * W / r->d_group);
     for (int64_t n = 0; n < nk; ++n) {
       r->row[n] = static_cast<const char*>(base[n]) + off[n];
-      for (int64_t g = 0; g < groups; ++g) {
-        const int64_t idx =
-            dq->Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], g * r->d_group);
+      const int64_t idx0 = dq->RowIndex(q.coord[2 * n], q.h, q.coord[2 * n + 1]);
+      for (int64_t g = 0; g < groups; ++g) {  // Index of channel g * d_group
+        const int64_t idx = idx0 + g * dq->sd;
         r->sg[n][g] = cvt::Load(dq->scale, dq->scale_elem, idx);
         r->og[n][g] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx) : 0.f;
       }
@@ -231,7 +233,7 @@ inline bool MakeDqRows(const KvOperand& kv, const void* const* base, const int64
   for (int64_t n = 0; n < nk; ++n) {
     r->row[n] = static_cast<const char*>(base[n]) + (o.elem == Elem::kI4 ? off[n] >> 1 : off[n]);
     if (r->per_row) {
-      const int64_t idx = dq->Index(q.coord[2 * n], q.h, q.coord[2 * n + 1], 0);
+      const int64_t idx = dq->RowIndex(q.coord[2 * n], q.h, q.coord[2 * n + 1]);
       r->s[n] = cvt::Load(dq->scale, dq->scale_elem, idx);
       r->o[n] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx) : 0.f;
     }
@@ -266,10 +268,10 @@ inline typename V::T LoadQ(const void* row, int64_t d0) {
 }
 
 template <Elem E>
-inline typename V::T DqAt(const DqRows& r, int64_t n, int64_t d0) {
+__attribute__((always_inline)) inline typename V::T DqAt(const DqRows& r, int64_t n, int64_t d0) {
   typename V::T x = LoadQ<E>(r.row[n], d0);
   if (r.d_group > 0) {
-    const int64_t g = d0 / r.d_group;
+    const int64_t g = r.group[d0 / W];
     if (r.has_off) x = V::Add(x, V::Set1(r.og[n][g]));
     else if constexpr (E == Elem::kFP8E4M3 || E == Elem::kHiF8) x = V::Add(x, V::Zero());  // -0
     x = V::Mul(x, V::Set1(r.sg[n][g]));
@@ -330,13 +332,17 @@ inline void PackVDqAny(const DqRows& f, int64_t nk, int64_t dfull, int64_t ld, f
   }
 }
 
-// Prefetches the rows of keys [j0, j1) (row-contiguous storage only): decode streams K and V
-// from DRAM in rows of a few hundred bytes at large strides, which the hardware prefetchers do
-// not follow across pages; asking one tile ahead keeps enough misses in flight.
+// Prefetches the rows of keys [j0, j1) into L2 (row-contiguous storage only): gathered and paged
+// rows of a few hundred bytes at large strides, which the hardware prefetchers do not follow
+// across pages; one tile ahead keeps enough misses in flight (a sparse MLA tile is ~75 us of
+// products), further ahead the rows only crowd the tile's working set out of L2.
+// Always inlined: a function whose only effects are prefetches counts as pure to GCC, which then
+// drops its calls as dead code.
 constexpr int64_t kPrefetchTiles = OPENFIA_PREFETCH_TILES;
-inline void PrefetchKeys(const Problem& p, const KvOperand& kv, const KvOperand& kv2,
-                         const WorkItem& w, int64_t hk, int64_t n_hk, int64_t j0, int64_t j1,
-                         int64_t D) {
+__attribute__((always_inline)) inline void PrefetchKeys(const Problem& p, const KvOperand& kv,
+                                                        const KvOperand& kv2, const WorkItem& w,
+                                                        int64_t hk, int64_t n_hk, int64_t j0,
+                                                        int64_t j1, int64_t D) {
   const Elem e = kv.cache.elem;
   if (kv.cache.sd != 1 || kv.cache.d_split != 0) return;
   const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
@@ -344,15 +350,30 @@ inline void PrefetchKeys(const Problem& p, const KvOperand& kv, const KvOperand&
   const int64_t bytes = i4 ? (D + 1) / 2 : D * size;
   const int64_t sh = kv.cache.Sh(w.b);
   const int64_t head_bytes = i4 ? sh / 2 : sh * size;
+  // A key's own antiquant parameters (per token, or tile-quantized rows, whose scales sit beside
+  // the row's values) are a miss of their own when the packing first reads them.
+  const Dequant& dq = kv.dequant;
+  const bool per_key = dq.kind == Dequant::Kind::kPerToken ||
+                       dq.kind == Dequant::Kind::kPerTokenHead ||
+                       dq.kind == Dequant::Kind::kPerTile;
+  auto param_bytes = [](Elem pe) { return pe == Elem::kF32 ? 4 : pe == Elem::kI8 ? 1 : 2; };
   for (int64_t j = std::max(j0, p.prefix_len); j < j1; ++j) {
     const void* base;
-    int64_t off;
+    int64_t off, coord[2];
     uint8_t pre;
-    ResolveItemKey(p, kv, kv2, w, hk, j, &base, &off, &pre);
+    ResolveItemKey(p, kv, kv2, w, hk, j, &base, &off, &pre, per_key ? coord : nullptr);
     const char* row = static_cast<const char*>(base) + (i4 ? off / 2 : off * size);
     for (int64_t h = 0; h < n_hk; ++h, row += head_bytes) {  // heads: a linear stride (sh)
-      for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o);
-      __builtin_prefetch(row + bytes - 1);
+      for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(row + o, 0, 2);
+      __builtin_prefetch(row + bytes - 1, 0, 2);
+      if (per_key && !pre) {
+        const int64_t idx = dq.RowIndex(coord[0], hk + h, coord[1]);
+        __builtin_prefetch(static_cast<const char*>(dq.scale) + idx * param_bytes(dq.scale_elem),
+                           0, 2);
+        if (dq.offset != nullptr)
+          __builtin_prefetch(
+              static_cast<const char*>(dq.offset) + idx * param_bytes(dq.offset_elem), 0, 2);
+      }
     }
   }
 }
@@ -1010,6 +1031,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
         PrefetchKeys(p, p.k, p.k2, w, w.hk, w.n_hk, pf0, pf1, p.d_qk);
         if (!same_kv_rows)  // (K = V: the same lines)
           PrefetchKeys(p, p.v, p.v2, w, w.hk, w.n_hk, pf0, pf1, Dv);
+        if (p.d_rope > 0) PrefetchKeys(p, p.k_rope, p.k2, w, w.hk, w.n_hk, pf0, pf1, p.d_rope);
       }
     }
     for (int64_t hx = 0; hx < w.n_hk; ++hx) {
@@ -1060,10 +1082,9 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
         PackV(Vx, sc.vbase, sc.voff, sc.kpre, nk, Dv, vs, sc.v, &fast, vdq, &dq_rows);
       } else {
 #if defined(OPENFIA_ATTEND_BF16DOT)
-        // Dot tiles of bf16 rows pack their pair forms straight from the rows.
-        dot = dot_item && PackPairsDirect(p, Kx, Vx, sc, nk, vs,
-                                          kdq.any() || vdq.any() || rdq.any(), &fast, &fastv,
-                                          &v_bad);
+        // Dot tiles of bf16 or quantized rows pack their pair forms straight from the rows.
+        dot = dot_item && PackPairsDirect(p, Kx, Vx, Rx, sc, nk, vs, kdq, vdq, rdq, &dq_rows,
+                                          &fast, &v_bad);
 #endif
         if (!dot) {
           tile_from_rows = from_rows && PackKVShared(Kx, sc, nk, D, vs, &fast, false);

@@ -88,24 +88,106 @@ inline bool Bf16Rows(const KvOperand& kv, const void* const* base, const int64_t
          FastElem(kv, pre) == Elem::kBF16;
 }
 
-// The tile's kp / vp straight from bf16 rows (see above); false (nothing usable packed) when a
-// row is not such a row, a value is Inf or NaN (*v_bad: the fp32 path must run), or an operand
-// is quantized.
-inline bool PackPairsDirect(const Problem& p, const KvOperand& kx, const KvOperand& vx,
-                            const TileScratch& sc, int64_t nk, int64_t vps, bool quantized,
-                            FastRows* fk, FastRows* fv, bool* v_bad) {
-  *v_bad = false;
-  if (quantized || !Bf16Rows(kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, fk) ||
-      !Bf16Rows(vx, sc.vbase, sc.voff, sc.kpre, nk, p.d_v, fv))
-    return false;
-  if (ValuePairsBf16(*fv, nk, p.d_v, sc.vp, vps)) {
-    *v_bad = true;
-    return false;
+// ---- Antiquant pair packing: quantized rows dequantized straight into pair form ------------
+// DqAt gives the element the fp32 packing gives (the same fp32 operations, rounded to bf16, the
+// only rounding a dot item has: DotItemOperandsOk), so the pair forms are those KeyPairs and
+// ValuePairs would build from kt and v; each element is dequantized once, without the fp32
+// staging (a sparse MLA tile's 64 keys x 1088 channels serve 128 query rows: the staging cost a
+// quarter of the products).
+
+// kp[(w0 + k) * TN + n] for k < D / 2, n < npad (zero past nk): a W x W transpose of words per
+// W keys and 2 W channels.
+template <Elem E>
+inline void KeyPairsDq(const DqRows& f, int64_t nk, int64_t D, int64_t w0, uint32_t* kp) {
+  static_assert(kDotLanes == W, "a word vector holds W pairs");
+  const int64_t npad = (nk + W - 1) / W * W;
+  for (int64_t n0 = 0; n0 < npad; n0 += W) {
+    const int m = static_cast<int>(std::min<int64_t>(W, nk - n0));
+    for (int64_t c = 0; c < D / (2 * W); ++c) {
+      typename V::T r[W];
+      for (int i = 0; i < W; ++i)
+        r[i] = i < m ? ChannelWords(DqAt<E>(f, n0 + i, 2 * W * c),
+                                    DqAt<E>(f, n0 + i, 2 * W * c + W))
+                     : V::Zero();
+      V::Transpose(r);
+      for (int i = 0; i < W; ++i)
+        V::Store(reinterpret_cast<float*>(kp + (w0 + W * c + i) * TN + n0), r[i]);
+    }
   }
-  KeyPairsBf16(*fk, nk, p.d_qk, 0, sc.kp);
-  if (p.d_rope > 0) {
-    if (!Bf16Rows(p.k_rope, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope, fk)) return false;
-    KeyPairsBf16(*fk, nk, p.d_rope, p.d_qk / 2, sc.kp);
+}
+
+// vp[j * vps + d] for j < ceil(nk / 2), d < Dv (zero row past nk); returns whether a value is Inf
+// or NaN (x - x is NaN exactly for those).
+template <Elem E>
+inline bool ValuePairsDq(const DqRows& f, int64_t nk, int64_t Dv, uint32_t* vp, int64_t vps) {
+  typename V::T nf = V::Zero();
+  for (int64_t j = 0; 2 * j < nk; ++j) {
+    const bool hb = 2 * j + 1 < nk;
+    for (int64_t d0 = 0; d0 < Dv; d0 += W) {
+      const typename V::T a = DqAt<E>(f, 2 * j, d0);
+      const typename V::T b = hb ? DqAt<E>(f, 2 * j + 1, d0) : V::Zero();
+      nf = V::Add(nf, V::Add(V::Sub(a, a), V::Sub(b, b)));
+      const auto w = PairWords(a, b);
+      std::memcpy(vp + j * vps + d0, &w, sizeof(w));
+    }
+  }
+  return std::isnan(V::ReduceSum(nf));
+}
+
+// The pair form of one tile operand from its rows: bf16 rows directly, quantized rows (tq.any())
+// dequantized. False when the rows do not qualify (nothing usable written).
+inline bool KeyPairsOf(const KvOperand& kv, const TileDq& tq, const void* const* base,
+                       const int64_t* off, const uint8_t* pre, int64_t nk, int64_t D, int64_t w0,
+                       uint32_t* kp, DqRows* dq, FastRows* f) {
+  if (D % kDirectChannels != 0) return false;
+  if (!tq.any()) {
+    if (!Bf16Rows(kv, base, off, pre, nk, D, f)) return false;
+    KeyPairsBf16(*f, nk, D, w0, kp);
+    return true;
+  }
+  if (!MakeDqRows(kv, base, off, pre, nk, D, tq, dq)) return false;
+  switch (dq->elem) {
+    case Elem::kI8: KeyPairsDq<Elem::kI8>(*dq, nk, D, w0, kp); break;
+    case Elem::kFP8E4M3: KeyPairsDq<Elem::kFP8E4M3>(*dq, nk, D, w0, kp); break;
+    case Elem::kHiF8: KeyPairsDq<Elem::kHiF8>(*dq, nk, D, w0, kp); break;
+    default: KeyPairsDq<Elem::kI4>(*dq, nk, D, w0, kp); break;
   }
   return true;
+}
+
+// As KeyPairsOf for the values; *bad: a value is Inf or NaN.
+inline bool ValuePairsOf(const KvOperand& kv, const TileDq& tq, const void* const* base,
+                         const int64_t* off, const uint8_t* pre, int64_t nk, int64_t Dv,
+                         uint32_t* vp, int64_t vps, DqRows* dq, FastRows* f, bool* bad) {
+  if (Dv % kDirectChannels != 0) return false;
+  if (!tq.any()) {
+    if (!Bf16Rows(kv, base, off, pre, nk, Dv, f)) return false;
+    *bad = ValuePairsBf16(*f, nk, Dv, vp, vps);
+    return true;
+  }
+  if (!MakeDqRows(kv, base, off, pre, nk, Dv, tq, dq)) return false;
+  switch (dq->elem) {
+    case Elem::kI8: *bad = ValuePairsDq<Elem::kI8>(*dq, nk, Dv, vp, vps); break;
+    case Elem::kFP8E4M3: *bad = ValuePairsDq<Elem::kFP8E4M3>(*dq, nk, Dv, vp, vps); break;
+    case Elem::kHiF8: *bad = ValuePairsDq<Elem::kHiF8>(*dq, nk, Dv, vp, vps); break;
+    default: *bad = ValuePairsDq<Elem::kI4>(*dq, nk, Dv, vp, vps); break;
+  }
+  return true;
+}
+
+// The tile's kp / vp straight from its rows (bf16 or quantized, see above); false (nothing
+// usable packed) when a row set does not qualify or a value is Inf or NaN (*v_bad: the fp32
+// path must run).
+inline bool PackPairsDirect(const Problem& p, const KvOperand& kx, const KvOperand& vx,
+                            const KvOperand& rx, const TileScratch& sc, int64_t nk, int64_t vps,
+                            const TileDq& kdq, const TileDq& vdq, const TileDq& rdq, DqRows* dq,
+                            FastRows* f, bool* v_bad) {
+  *v_bad = false;
+  if (!ValuePairsOf(vx, vdq, sc.vbase, sc.voff, sc.kpre, nk, p.d_v, sc.vp, vps, dq, f, v_bad) ||
+      *v_bad)
+    return false;
+  if (!KeyPairsOf(kx, kdq, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kp, dq, f))
+    return false;
+  return p.d_rope == 0 || KeyPairsOf(rx, rdq, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope,
+                                     p.d_qk / 2, sc.kp, dq, f);
 }

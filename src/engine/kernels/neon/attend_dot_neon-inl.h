@@ -32,6 +32,12 @@ __attribute__((always_inline)) inline uint32x4_t PairWords(float32x4_t a, float3
   return vsriq_n_u32(vreinterpretq_u32_f32(b), vreinterpretq_u32_f32(a), 16);
 }
 
+// 4 words of 8 channels in order, lo = channels [0, 4), hi = [4, 8) (bf16 values): word k is the
+// pair (channel 2k, channel 2k + 1).
+__attribute__((always_inline)) inline float32x4_t ChannelWords(float32x4_t lo, float32x4_t hi) {
+  return vreinterpretq_f32_u32(PairWords(vuzp1q_f32(lo, hi), vuzp2q_f32(lo, hi)));
+}
+
 // qp[r * ldqp + k] for k < ldqp (ldqp >= ceil(D / 2)): pairs of channels, zero past D.
 inline void QueryPairs(const float* q, int64_t rows, int64_t ldq, int64_t D, uint32_t* qp,
                        int64_t ldqp) {
