@@ -313,23 +313,24 @@ inline void PackVDq(const DqRows& f, int64_t nk, int64_t dfull, int64_t ld, floa
     for (int64_t d0 = 0; d0 < dfull; d0 += W) V::Store(v + n * ld + d0, DqAt<E>(f, n, d0));
 }
 
-// PackKTDq / PackVDq for the storage format of f.
-inline void PackKTDqAny(const DqRows& f, int64_t nk, int64_t dfull, int64_t row0, float* kt) {
-  switch (f.elem) {
-    case Elem::kI8: return PackKTDq<Elem::kI8>(f, nk, dfull, row0, kt);
-    case Elem::kFP8E4M3: return PackKTDq<Elem::kFP8E4M3>(f, nk, dfull, row0, kt);
-    case Elem::kHiF8: return PackKTDq<Elem::kHiF8>(f, nk, dfull, row0, kt);
-    default: return PackKTDq<Elem::kI4>(f, nk, dfull, row0, kt);
+// f(std::integral_constant<Elem, E>()) for the storage format E of prepared rows (DqRows::elem).
+template <class F>
+inline decltype(auto) WithDqElem(Elem e, F&& f) {
+  switch (e) {
+    case Elem::kI8: return f(std::integral_constant<Elem, Elem::kI8>());
+    case Elem::kFP8E4M3: return f(std::integral_constant<Elem, Elem::kFP8E4M3>());
+    case Elem::kHiF8: return f(std::integral_constant<Elem, Elem::kHiF8>());
+    default: return f(std::integral_constant<Elem, Elem::kI4>());
   }
 }
 
+// PackKTDq / PackVDq for the storage format of f.
+inline void PackKTDqAny(const DqRows& f, int64_t nk, int64_t dfull, int64_t row0, float* kt) {
+  WithDqElem(f.elem, [&](auto e) { PackKTDq<decltype(e)::value>(f, nk, dfull, row0, kt); });
+}
+
 inline void PackVDqAny(const DqRows& f, int64_t nk, int64_t dfull, int64_t ld, float* v) {
-  switch (f.elem) {
-    case Elem::kI8: return PackVDq<Elem::kI8>(f, nk, dfull, ld, v);
-    case Elem::kFP8E4M3: return PackVDq<Elem::kFP8E4M3>(f, nk, dfull, ld, v);
-    case Elem::kHiF8: return PackVDq<Elem::kHiF8>(f, nk, dfull, ld, v);
-    default: return PackVDq<Elem::kI4>(f, nk, dfull, ld, v);
-  }
+  WithDqElem(f.elem, [&](auto e) { PackVDq<decltype(e)::value>(f, nk, dfull, ld, v); });
 }
 
 // Prefetches the rows of keys [j0, j1) into L2 (row-contiguous storage only): gathered and paged
