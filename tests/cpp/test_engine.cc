@@ -767,6 +767,55 @@ TEST(Engine, Bf16DotTiles) {
   }
 }
 
+// Dot tiles packed straight from int8 rows (attend_dot_common-inl.h, KeyPairsOf / ValuePairsOf):
+// a tile whose value scales are plain converts without rounding twice; one with values that
+// overflow bf16 although their fp32 products are finite (codes +-127, scale 2^121 (1 + 2^-7):
+// +-3.402e38), an infinite scale, or a subnormal one must give what the reference gives: the
+// overflowing or infinite values keep the fp32 path, so the rows of the causal band that do not
+// see them stay finite (a masked P of 0 against an infinite value would be NaN), and a subnormal
+// value contributes at most its size.
+TEST(Engine, Bf16DotTilesQuantizedScaleCorners) {
+  for (int variant = 0; variant < 3; ++variant) {
+    CaseSpec s;
+    s.h_q = 8;
+    s.h_kv = 2;
+    s.d_qk = s.d_v = 64;
+    s.q_len = {40};
+    s.kv_len = {140};
+    s.causal_br = true;
+    s.oe = Elem::kF32;
+    s.seed = 90 + variant;
+    std::vector<std::vector<uint8_t>> keep;
+    const auto quantize = [&](Case& c) {
+      std::mt19937 rng(s.seed);
+      Problem& p = c.problem();
+      Quantize(p, p.k, s.d_qk, Elem::kI8, Dequant::Kind::kPerToken, false, 1.f, keep, rng);
+      Quantize(p, p.v, s.d_v, Elem::kI8, Dequant::Kind::kPerToken, false, 1.f, keep, rng);
+      const float big[3] = {std::ldexp(1.f + 0x1p-7f, 121), std::numeric_limits<float>::infinity(),
+                            1e-40f};
+      // Token 125 (seen by the band's last 15 rows only) and, for the subnormal scale, token 20.
+      for (int64_t j : {int64_t{125}, int64_t{20}}) {
+        if (j == 20 && variant != 2) continue;
+        cvt::Store(const_cast<void*>(p.v.dequant.scale), p.v.dequant.scale_elem,
+                   p.v.dequant.Index(0, 0, j, 0), big[variant]);
+        if (variant == 0)
+          for (int64_t h = 0; h < p.h_kv; ++h)
+            for (int64_t d = 0; d < s.d_v; ++d)
+              static_cast<int8_t*>(const_cast<void*>(p.v.cache.data))
+                  [p.v.cache.Offset(0, h, j, d)] = static_cast<int8_t>(d % 3 == 0 ? -127 : 127);
+      }
+    };
+    Case c(s);
+    quantize(c);
+    if (TargetOps("avx512bf16")) {
+      SettingsGuard guard;
+      SetSimdCap("avx512bf16");
+      EXPECT_GT(CountItems(c.problem(), Avx512Bf16DotRunsItem), 0) << "variant " << variant;
+    }
+    RunCase(s, quantize, false);
+  }
+}
+
 // A dot item must not flush a subnormal query element: against a key channel of -inf it gives
 // a score of -inf (that key is invisible), where VDPBF16PS, reading it as 0, would give
 // 0 x -inf = NaN. Such items keep the fp32 FMA path (DotItemOk); the reference's finite rows

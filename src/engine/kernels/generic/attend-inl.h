@@ -195,9 +195,36 @@ struct DqRows {
   uint8_t group[1024 / W];  // d_group > 0: the channel tile of channels [W v, W v + W)
   Elem elem = Elem::kI8;
   bool per_row = true, has_off = false;
+  // int8 / int4 without offset, rounded to bf16, every scale 0 or a normal number small enough
+  // that no product x * scale reaches bf16's overflow: each dequantized element is then 0 or a
+  // finite normal fp32 number, whose bf16 conversion (VCVTNE2PS2BF16, round to nearest even)
+  // is the reference's rounding, and no value is Inf or NaN (DqPlain).
+  bool plain = false;
   int64_t d_group = 0;  // > 0: per row and channel tile (sg / og)
   Elem qe = Elem::kF32;
 };
+
+// Whether |x| * s stays plain (DqRows::plain) for every integer |x| <= xmax.
+inline bool PlainScale(float s, float xmax) {
+  const float a = std::fabs(s);
+  return a == 0.f || (a >= std::numeric_limits<float>::min() && a * xmax <= 3.38e38f);
+}
+inline bool DqPlain(const DqRows& r, int64_t nk, int64_t D) {
+  if ((r.elem != Elem::kI8 && r.elem != Elem::kI4) || r.has_off || r.qe != Elem::kBF16)
+    return false;
+  const float xmax = r.elem == Elem::kI8 ? 128.f : 8.f;
+  bool ok = true;
+  if (r.d_group > 0) {
+    const int64_t groups = (D + r.d_group - 1) / r.d_group;
+    for (int64_t n = 0; n < nk; ++n)
+      for (int64_t g = 0; g < groups; ++g) ok &= PlainScale(r.sg[n][g], xmax);
+  } else if (r.per_row) {
+    for (int64_t n = 0; n < nk; ++n) ok &= PlainScale(r.s[n], xmax);
+  } else {
+    for (int64_t d = 0; d < D; ++d) ok &= PlainScale(r.sc[d], xmax);
+  }
+  return ok;
+}
 
 inline bool MakeDqRows(const KvOperand& kv, const void* const* base, const int64_t* off,
                        const uint8_t* pre, int64_t nk, int64_t D, const TileDq& q, DqRows* r) {
@@ -226,6 +253,7 @@ inline bool MakeDqRows(const KvOperand& kv, const void* const* base, const int64
         r->og[n][g] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx) : 0.f;
       }
     }
+    r->plain = DqPlain(*r, nk, D);
     return true;
   }
   r->per_row = dq->sd == 0;
@@ -245,6 +273,7 @@ inline bool MakeDqRows(const KvOperand& kv, const void* const* base, const int64
       r->oc[d] = r->has_off ? cvt::Load(dq->offset, dq->offset_elem, idx + d * dq->sd) : 0.f;
     }
   }
+  r->plain = DqPlain(*r, nk, D);
   return true;
 }
 
@@ -267,7 +296,9 @@ inline typename V::T LoadQ(const void* row, int64_t d0) {
   }
 }
 
-template <Elem E>
+// kRound false: the fp32 value before the query-dtype rounding (for a bf16 conversion that
+// rounds it the same way, DqRows::plain).
+template <Elem E, bool kRound = true>
 __attribute__((always_inline)) inline typename V::T DqAt(const DqRows& r, int64_t n, int64_t d0) {
   typename V::T x = LoadQ<E>(r.row[n], d0);
   if (r.d_group > 0) {
@@ -282,6 +313,7 @@ __attribute__((always_inline)) inline typename V::T DqAt(const DqRows& r, int64_
     if (r.has_off) x = V::Add(x, V::Load(r.oc + d0));
     x = V::Mul(x, V::Load(r.sc + d0));
   }
+  if constexpr (!kRound) return x;
   if (r.qe == Elem::kBF16) return V::RoundBF16(x);
   if (r.qe == Elem::kF16) return V::RoundF16(x);
   return x;

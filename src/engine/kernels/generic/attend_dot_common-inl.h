@@ -97,7 +97,16 @@ inline bool Bf16Rows(const KvOperand& kv, const void* const* base, const int64_t
 
 // kp[(w0 + k) * TN + n] for k < D / 2, n < npad (zero past nk): a W x W transpose of words per
 // W keys and 2 W channels.
-template <Elem E>
+// f(std::integral_constant<Elem, E>(), std::bool_constant<plain>()) for prepared rows.
+template <class F>
+inline decltype(auto) WithDqRows(const DqRows& r, F&& f) {
+  return WithDqElem(r.elem, [&](auto e) {
+    return r.plain ? f(e, std::true_type()) : f(e, std::false_type());
+  });
+}
+
+// kPlain: f.plain, the bf16 conversion rounds the fp32 values (no RoundBF16 first).
+template <Elem E, bool kPlain>
 inline void KeyPairsDq(const DqRows& f, int64_t nk, int64_t D, int64_t w0, uint32_t* kp) {
   static_assert(kDotLanes == W, "a word vector holds W pairs");
   const int64_t npad = (nk + W - 1) / W * W;
@@ -106,8 +115,8 @@ inline void KeyPairsDq(const DqRows& f, int64_t nk, int64_t D, int64_t w0, uint3
     for (int64_t c = 0; c < D / (2 * W); ++c) {
       typename V::T r[W];
       for (int i = 0; i < W; ++i)
-        r[i] = i < m ? ChannelWords(DqAt<E>(f, n0 + i, 2 * W * c),
-                                    DqAt<E>(f, n0 + i, 2 * W * c + W))
+        r[i] = i < m ? ChannelWords(DqAt<E, !kPlain>(f, n0 + i, 2 * W * c),
+                                    DqAt<E, !kPlain>(f, n0 + i, 2 * W * c + W))
                      : V::Zero();
       V::Transpose(r);
       for (int i = 0; i < W; ++i)
@@ -117,21 +126,83 @@ inline void KeyPairsDq(const DqRows& f, int64_t nk, int64_t D, int64_t w0, uint3
 }
 
 // vp[j * vps + d] for j < ceil(nk / 2), d < Dv (zero row past nk); returns whether a value is Inf
-// or NaN (x - x is NaN exactly for those).
-template <Elem E>
+// or NaN (x - x is NaN exactly for those; none with plain rows).
+template <Elem E, bool kPlain>
 inline bool ValuePairsDq(const DqRows& f, int64_t nk, int64_t Dv, uint32_t* vp, int64_t vps) {
   typename V::T nf = V::Zero();
   for (int64_t j = 0; 2 * j < nk; ++j) {
     const bool hb = 2 * j + 1 < nk;
     for (int64_t d0 = 0; d0 < Dv; d0 += W) {
-      const typename V::T a = DqAt<E>(f, 2 * j, d0);
-      const typename V::T b = hb ? DqAt<E>(f, 2 * j + 1, d0) : V::Zero();
-      nf = V::Add(nf, V::Add(V::Sub(a, a), V::Sub(b, b)));
+      const typename V::T a = DqAt<E, !kPlain>(f, 2 * j, d0);
+      const typename V::T b = hb ? DqAt<E, !kPlain>(f, 2 * j + 1, d0) : V::Zero();
+      if constexpr (!kPlain) nf = V::Add(nf, V::Add(V::Sub(a, a), V::Sub(b, b)));
       const auto w = PairWords(a, b);
       std::memcpy(vp + j * vps + d0, &w, sizeof(w));
     }
   }
   return std::isnan(V::ReduceSum(nf));
+}
+
+// K = V rows (MLA's shared KV: the values are the keys' first Dv channels, Dv <= D, both
+// multiples of 2 W): kp as KeyPairsDq and vp as ValuePairsDq from one read and dequantization of
+// each element (about a third less time than the two passes); returns whether a value is Inf
+// or NaN.
+template <Elem E, bool kPlain>
+inline bool KeyValuePairsDq(const DqRows& f, int64_t nk, int64_t D, int64_t Dv, uint32_t* kp,
+                            uint32_t* vp, int64_t vps) {
+  static_assert(W % 2 == 0, "keys go to the value pairs two by two");
+  typename V::T nf = V::Zero();
+  const int64_t npad = (nk + W - 1) / W * W;
+  for (int64_t n0 = 0; n0 < npad; n0 += W) {
+    const int64_t m = std::min<int64_t>(W, nk - n0);
+    for (int64_t c = 0; c < D / (2 * W); ++c) {
+      const int64_t d0 = 2 * W * c;
+      typename V::T r[W];
+      for (int i = 0; i < W; i += 2) {
+        const typename V::T a0 = i < m ? DqAt<E, !kPlain>(f, n0 + i, d0) : V::Zero();
+        const typename V::T a1 = i < m ? DqAt<E, !kPlain>(f, n0 + i, d0 + W) : V::Zero();
+        const typename V::T b0 = i + 1 < m ? DqAt<E, !kPlain>(f, n0 + i + 1, d0) : V::Zero();
+        const typename V::T b1 = i + 1 < m ? DqAt<E, !kPlain>(f, n0 + i + 1, d0 + W) : V::Zero();
+        r[i] = ChannelWords(a0, a1);
+        r[i + 1] = ChannelWords(b0, b1);
+        if (d0 < Dv && i < m) {
+          if constexpr (!kPlain)
+            nf = V::Add(nf, V::Add(V::Add(V::Sub(a0, a0), V::Sub(a1, a1)),
+                                   V::Add(V::Sub(b0, b0), V::Sub(b1, b1))));
+          uint32_t* dst = vp + (n0 + i) / 2 * vps + d0;
+          const auto w0 = PairWords(a0, b0);
+          const auto w1 = PairWords(a1, b1);
+          std::memcpy(dst, &w0, sizeof(w0));
+          std::memcpy(dst + W, &w1, sizeof(w1));
+        }
+      }
+      V::Transpose(r);
+      for (int i = 0; i < W; ++i)
+        V::Store(reinterpret_cast<float*>(kp + (W * c + i) * TN + n0), r[i]);
+    }
+  }
+  return std::isnan(V::ReduceSum(nf));
+}
+
+inline bool SameDequant(const Dequant& a, const Dequant& b) {
+  return a.kind == b.kind && a.scale == b.scale && a.scale_elem == b.scale_elem &&
+         a.offset == b.offset && a.offset_elem == b.offset_elem && a.sb == b.sb &&
+         a.sh == b.sh && a.ss == b.ss && a.sd == b.sd && a.d_group == b.d_group &&
+         a.logical == b.logical;
+}
+
+// Whether the tile's values are its keys' rows under the same antiquant (so that value channel d
+// is key channel d): the same operand layout and parameters, every key resolved to the same row.
+inline bool TileValuesAreKeys(const KvOperand& kx, const KvOperand& vx, const TileScratch& sc,
+                              int64_t nk) {
+  if (!SameLayout(kx.cache, vx.cache) || !SameLayout(kx.prefix, vx.prefix) ||
+      !SameDequant(kx.dequant, vx.dequant) || !SameDequant(kx.prefix_dequant, vx.prefix_dequant))
+    return false;
+  for (int64_t n = 0; n < nk; ++n)
+    if (sc.kbase[n] != sc.vbase[n] || sc.koff[n] != sc.voff[n] ||
+        sc.kcoord[2 * n] != sc.vcoord[2 * n] || sc.kcoord[2 * n + 1] != sc.vcoord[2 * n + 1])
+      return false;
+  return true;
 }
 
 // The pair form of one tile operand from its rows: bf16 rows directly, quantized rows (tq.any())
@@ -146,7 +217,9 @@ inline bool KeyPairsOf(const KvOperand& kv, const TileDq& tq, const void* const*
     return true;
   }
   if (!MakeDqRows(kv, base, off, pre, nk, D, tq, dq)) return false;
-  WithDqElem(dq->elem, [&](auto e) { KeyPairsDq<decltype(e)::value>(*dq, nk, D, w0, kp); });
+  WithDqRows(*dq, [&](auto e, auto pl) {
+    KeyPairsDq<decltype(e)::value, decltype(pl)::value>(*dq, nk, D, w0, kp);
+  });
   return true;
 }
 
@@ -161,8 +234,8 @@ inline bool ValuePairsOf(const KvOperand& kv, const TileDq& tq, const void* cons
     return true;
   }
   if (!MakeDqRows(kv, base, off, pre, nk, Dv, tq, dq)) return false;
-  *bad = WithDqElem(dq->elem, [&](auto e) {
-    return ValuePairsDq<decltype(e)::value>(*dq, nk, Dv, vp, vps);
+  *bad = WithDqRows(*dq, [&](auto e, auto pl) {
+    return ValuePairsDq<decltype(e)::value, decltype(pl)::value>(*dq, nk, Dv, vp, vps);
   });
   return true;
 }
@@ -175,11 +248,21 @@ inline bool PackPairsDirect(const Problem& p, const KvOperand& kx, const KvOpera
                             const TileDq& kdq, const TileDq& vdq, const TileDq& rdq, DqRows* dq,
                             FastRows* f, bool* v_bad) {
   *v_bad = false;
-  if (!ValuePairsOf(vx, vdq, sc.vbase, sc.voff, sc.kpre, nk, p.d_v, sc.vp, vps, dq, f, v_bad) ||
-      *v_bad)
-    return false;
-  if (!KeyPairsOf(kx, kdq, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kp, dq, f))
-    return false;
+  if (kdq.any() && p.d_v <= p.d_qk && p.d_qk % kDirectChannels == 0 &&
+      p.d_v % kDirectChannels == 0 && TileValuesAreKeys(kx, vx, sc, nk) &&
+      MakeDqRows(kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, kdq, dq)) {
+    *v_bad = WithDqRows(*dq, [&](auto e, auto pl) {
+      return KeyValuePairsDq<decltype(e)::value, decltype(pl)::value>(*dq, nk, p.d_qk, p.d_v,
+                                                                       sc.kp, sc.vp, vps);
+    });
+    if (*v_bad) return false;
+  } else {
+    if (!ValuePairsOf(vx, vdq, sc.vbase, sc.voff, sc.kpre, nk, p.d_v, sc.vp, vps, dq, f, v_bad) ||
+        *v_bad)
+      return false;
+    if (!KeyPairsOf(kx, kdq, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, 0, sc.kp, dq, f))
+      return false;
+  }
   return p.d_rope == 0 || KeyPairsOf(rx, rdq, sc.rbase, sc.roff, sc.kpre, nk, p.d_rope,
                                      p.d_qk / 2, sc.kp, dq, f);
 }
