@@ -202,6 +202,9 @@ inline bool ValuePairsBf16(const FastRows& f, int64_t nk, int64_t Dv, uint32_t* 
 }
 
 constexpr int kDotLanes = 16;           // fp32 lanes of a DotBlock column vector
+// ChannelWords / PairWords round any fp32 value to nearest even (VCVTNE2PS2BF16), so plain
+// dequantized rows need no rounding to bf16 first (DqRows::plain).
+constexpr bool kPairsRoundFp32 = true;
 constexpr int64_t kDirectChannels = 32;  // channel multiple of the direct pair packing
 using DotScale = __m512;
 inline DotScale DotSet1(float x) { return _mm512_set1_ps(x); }

@@ -97,11 +97,12 @@ inline bool Bf16Rows(const KvOperand& kv, const void* const* base, const int64_t
 
 // kp[(w0 + k) * TN + n] for k < D / 2, n < npad (zero past nk): a W x W transpose of words per
 // W keys and 2 W channels.
-// f(std::integral_constant<Elem, E>(), std::bool_constant<plain>()) for prepared rows.
+// f(std::integral_constant<Elem, E>(), std::bool_constant<plain>()) for prepared rows; plain
+// only where the ISA's pair conversion rounds fp32 values (kPairsRoundFp32).
 template <class F>
 inline decltype(auto) WithDqRows(const DqRows& r, F&& f) {
   return WithDqElem(r.elem, [&](auto e) {
-    return r.plain ? f(e, std::true_type()) : f(e, std::false_type());
+    return r.plain && kPairsRoundFp32 ? f(e, std::true_type()) : f(e, std::false_type());
   });
 }
 

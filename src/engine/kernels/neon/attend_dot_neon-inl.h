@@ -151,6 +151,9 @@ inline bool ValuePairsBf16(const FastRows& f, int64_t nk, int64_t Dv, uint32_t* 
 }
 
 constexpr int kDotLanes = 4;             // fp32 lanes of a DotBlock column vector
+// PairWords / ChannelWords take the top halves (exact for bf16 values only): dequantized rows are
+// rounded to bf16 first, plain or not.
+constexpr bool kPairsRoundFp32 = false;
 constexpr int64_t kDirectChannels = 16;  // so that P V, reading the padded value width, reads
                                          // only words ValuePairsBf16 wrote
 using DotScale = float32x4_t;
