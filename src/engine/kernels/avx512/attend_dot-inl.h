@@ -62,7 +62,7 @@ inline __m512 ChannelWords(__m512 lo, __m512 hi) {
 }
 
 // qp[r * ldqp + k] for k < ldqp (ldqp >= ceil(D / 2)): pairs of channels, zero past D. The 32
-// channels [2 k0, 2 k0 + 32) in order are the 16 words [k0, k0 + 16): one VCVTNE2PS2BF16.
+// channels [2 k0, 2 k0 + 32) in order are the 16 words [k0, k0 + 16) (ChannelWords).
 inline void QueryPairs(const float* q, int64_t rows, int64_t ldq, int64_t D, uint32_t* qp,
                        int64_t ldqp) {
   auto lanes = [](int64_t n) {
@@ -77,7 +77,7 @@ inline void QueryPairs(const float* q, int64_t rows, int64_t ldq, int64_t D, uin
       const __m512 lo = _mm512_maskz_loadu_ps(lanes(D - d), qr + d);
       const __m512 hi = _mm512_maskz_loadu_ps(lanes(D - d - 16), qr + d + 16);
       _mm512_mask_storeu_epi32(dst + k0, lanes(ldqp - k0),
-                               reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+                               _mm512_castps_si512(ChannelWords(lo, hi)));
     }
   }
 }
