@@ -95,8 +95,6 @@ inline bool Bf16Rows(const KvOperand& kv, const void* const* base, const int64_t
 // staging (a sparse MLA tile's 64 keys x 1088 channels serve 128 query rows, yet the staging took
 // a sixth of a KvQuantSparseFlashAttention decode).
 
-// kp[(w0 + k) * TN + n] for k < D / 2, n < npad (zero past nk): a W x W transpose of words per
-// W keys and 2 W channels.
 // f(std::integral_constant<Elem, E>(), std::bool_constant<plain>()) for prepared rows; plain
 // only where the ISA's pair conversion rounds fp32 values (kPairsRoundFp32).
 template <class F>
@@ -104,26 +102,6 @@ inline decltype(auto) WithDqRows(const DqRows& r, F&& f) {
   return WithDqElem(r.elem, [&](auto e) {
     return r.plain && kPairsRoundFp32 ? f(e, std::true_type()) : f(e, std::false_type());
   });
-}
-
-// kPlain: f.plain, the bf16 conversion rounds the fp32 values (no RoundBF16 first).
-template <Elem E, bool kPlain>
-inline void KeyPairsDq(const DqRows& f, int64_t nk, int64_t D, int64_t w0, uint32_t* kp) {
-  static_assert(kDotLanes == W, "a word vector holds W pairs");
-  const int64_t npad = (nk + W - 1) / W * W;
-  for (int64_t n0 = 0; n0 < npad; n0 += W) {
-    const int m = static_cast<int>(std::min<int64_t>(W, nk - n0));
-    for (int64_t c = 0; c < D / (2 * W); ++c) {
-      typename V::T r[W];
-      for (int i = 0; i < W; ++i)
-        r[i] = i < m ? ChannelWords(DqAt<E, !kPlain>(f, n0 + i, 2 * W * c),
-                                    DqAt<E, !kPlain>(f, n0 + i, 2 * W * c + W))
-                     : V::Zero();
-      V::Transpose(r);
-      for (int i = 0; i < W; ++i)
-        V::Store(reinterpret_cast<float*>(kp + (w0 + W * c + i) * TN + n0), r[i]);
-    }
-  }
 }
 
 // vp[j * vps + d] for j < ceil(nk / 2), d < Dv (zero row past nk); returns whether a value is Inf
@@ -144,13 +122,15 @@ inline bool ValuePairsDq(const DqRows& f, int64_t nk, int64_t Dv, uint32_t* vp, 
   return std::isnan(V::ReduceSum(nf));
 }
 
-// K = V rows (MLA's shared KV: the values are the keys' first Dv channels, Dv <= D, both
-// multiples of 2 W): kp as KeyPairsDq and vp as ValuePairsDq from one read and dequantization of
-// each element (about a third less time than the two passes); returns whether a value is Inf
-// or NaN.
+// kp[(w0 + k) * TN + n] for k < D / 2, n < npad (zero past nk; a W x W transpose of words per W
+// keys and 2 W channels) and, where the values are the keys' first Dv channels (Dv <= D, both
+// multiples of 2 W; MLA's shared KV), vp as ValuePairsDq from the same read and dequantization
+// of each element (about a third less time than two passes); Dv = 0: the keys alone. Returns
+// whether a value is Inf or NaN. kPlain: f.plain, the bf16 conversion rounds the fp32 values (no
+// RoundBF16 first).
 template <Elem E, bool kPlain>
-inline bool KeyValuePairsDq(const DqRows& f, int64_t nk, int64_t D, int64_t Dv, uint32_t* kp,
-                            uint32_t* vp, int64_t vps) {
+inline bool KeyValuePairsDq(const DqRows& f, int64_t nk, int64_t D, int64_t w0, uint32_t* kp,
+                            int64_t Dv, uint32_t* vp, int64_t vps) {
   static_assert(W % 2 == 0, "keys go to the value pairs two by two");
   typename V::T nf = V::Zero();
   const int64_t npad = (nk + W - 1) / W * W;
@@ -171,15 +151,15 @@ inline bool KeyValuePairsDq(const DqRows& f, int64_t nk, int64_t D, int64_t Dv, 
             nf = V::Add(nf, V::Add(V::Add(V::Sub(a0, a0), V::Sub(a1, a1)),
                                    V::Add(V::Sub(b0, b0), V::Sub(b1, b1))));
           uint32_t* dst = vp + (n0 + i) / 2 * vps + d0;
-          const auto w0 = PairWords(a0, b0);
-          const auto w1 = PairWords(a1, b1);
-          std::memcpy(dst, &w0, sizeof(w0));
-          std::memcpy(dst + W, &w1, sizeof(w1));
+          const auto pw0 = PairWords(a0, b0);
+          const auto pw1 = PairWords(a1, b1);
+          std::memcpy(dst, &pw0, sizeof(pw0));
+          std::memcpy(dst + W, &pw1, sizeof(pw1));
         }
       }
       V::Transpose(r);
       for (int i = 0; i < W; ++i)
-        V::Store(reinterpret_cast<float*>(kp + (W * c + i) * TN + n0), r[i]);
+        V::Store(reinterpret_cast<float*>(kp + (w0 + W * c + i) * TN + n0), r[i]);
     }
   }
   return std::isnan(V::ReduceSum(nf));
@@ -219,7 +199,7 @@ inline bool KeyPairsOf(const KvOperand& kv, const TileDq& tq, const void* const*
   }
   if (!MakeDqRows(kv, base, off, pre, nk, D, tq, dq)) return false;
   WithDqRows(*dq, [&](auto e, auto pl) {
-    KeyPairsDq<decltype(e)::value, decltype(pl)::value>(*dq, nk, D, w0, kp);
+    KeyValuePairsDq<decltype(e)::value, decltype(pl)::value>(*dq, nk, D, w0, kp, 0, nullptr, 0);
   });
   return true;
 }
@@ -253,8 +233,8 @@ inline bool PackPairsDirect(const Problem& p, const KvOperand& kx, const KvOpera
       p.d_v % kDirectChannels == 0 && TileValuesAreKeys(kx, vx, sc, nk) &&
       MakeDqRows(kx, sc.kbase, sc.koff, sc.kpre, nk, p.d_qk, kdq, dq)) {
     *v_bad = WithDqRows(*dq, [&](auto e, auto pl) {
-      return KeyValuePairsDq<decltype(e)::value, decltype(pl)::value>(*dq, nk, p.d_qk, p.d_v,
-                                                                       sc.kp, sc.vp, vps);
+      return KeyValuePairsDq<decltype(e)::value, decltype(pl)::value>(*dq, nk, p.d_qk, 0, sc.kp,
+                                                                       p.d_v, sc.vp, vps);
     });
     if (*v_bad) return false;
   } else {
