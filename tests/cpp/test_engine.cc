@@ -535,7 +535,8 @@ TEST(Engine, Avx2Decode) {
   }
   // int8 / int4 K and V dequantized in registers (K) and per chunk (V): every antiquant
   // granularity the kernel takes, with and without offsets, bf16 and float16 queries (the
-  // dequantized values round to the query dtype), paged and contiguous, 2 and 4 rows per KV head.
+  // dequantized values round to the query dtype), paged and contiguous, 1, 2 and 4 rows per KV
+// head.
   using K = Dequant::Kind;
   struct Q {
     Elem e, qe;
@@ -546,7 +547,9 @@ TEST(Engine, Avx2Decode) {
                      Q{Elem::kI4, Elem::kBF16, K::kPerChannel, K::kPerToken, 0, 16},
                      Q{Elem::kI8, Elem::kF16, K::kPerTokenHead, K::kPerChannel, 0, 8},
                      Q{Elem::kI4, Elem::kF16, K::kPerTensor, K::kPerTokenHead, 16, 16},
-                     Q{Elem::kI8, Elem::kBF16, K::kPerChannel, K::kPerTensor, 48, 8}}) {
+                     Q{Elem::kI8, Elem::kBF16, K::kPerChannel, K::kPerTensor, 48, 8},
+                     Q{Elem::kI8, Elem::kBF16, K::kPerToken, K::kPerChannel, 16, 4},
+                     Q{Elem::kI4, Elem::kF16, K::kPerChannel, K::kPerToken, 0, 4}}) {
     CaseSpec s;
     s.qe = s.oe = q.qe;
     s.h_q = q.h_q;
@@ -609,6 +612,51 @@ TEST(Engine, Avx2DecodeNonFiniteAntiquant) {
                                       : Avx2DecodeItems(p);
     };
     RunQuantizedDecode(s, e, kind, kind, true, true, count, avx2, poison);
+  }
+}
+
+// Integer scores (VPMADDWD on avx2, VPDPBUSD on avx512bf16) hold each query row as integers of
+// the row's largest magnitude: rows the integers cannot carry keep the fp32 products and must
+// give the reference's NaN / Inf positions and values. int8 and int4 keys, bf16 and f16 queries,
+// 4 rows per KV head: a NaN query element (its rows NaN), an infinite one (inf - inf: NaN rows,
+// or a key at 0 there: NaN from 0 x inf), a zero row (uniform weights), a row of the smallest
+// normal bf16 / subnormal f16 values (its integer scale would be subnormal in fp32), and a row
+// whose one large channel dwarfs the others (their integers are coarse: the tolerance is the
+// reference's). int4 keys of 80 channels: a last chunk of 16.
+TEST(Engine, DecodeIntegerQueryCorners) {
+  const bool avx2 = TargetOps("avx2") != nullptr;
+  using K = Dequant::Kind;
+  int seed = 70;
+  for (Elem e : {Elem::kI8, Elem::kI4}) {
+    for (Elem qe : {Elem::kBF16, Elem::kF16}) {
+      CaseSpec s;
+      s.qe = s.oe = qe;
+      s.h_q = 16;
+      s.h_kv = 4;
+      s.d_qk = e == Elem::kI4 ? 80 : 64;
+      s.d_v = 48;
+      s.batch = 2;
+      s.q_len = {1, 1};
+      s.kv_len = {200, 70};
+      s.seed = ++seed;
+      const auto edit = [&](Problem& p) {
+        void* q = const_cast<void*>(p.q.data);
+        const auto at = [&](int64_t b, int64_t h, int64_t d) {
+          return p.q.Offset(b, h, p.q_begin[b], d);
+        };
+        cvt::Store(q, qe, at(0, 1, 3), std::numeric_limits<float>::quiet_NaN());
+        cvt::Store(q, qe, at(1, 6, 7), std::numeric_limits<float>::infinity());
+        const float tiny = qe == Elem::kBF16 ? std::numeric_limits<float>::min() : 0x1p-24f;
+        for (int64_t d = 0; d < s.d_qk; ++d) {
+          cvt::Store(q, qe, at(0, 8, d), 0.f);
+          cvt::Store(q, qe, at(1, 13, d), d % 2 ? tiny : -tiny);
+        }
+        cvt::Store(q, qe, at(0, 14, 11), 40.f);
+      };
+      SCOPED_TRACE(std::string(e == Elem::kI8 ? "int8" : "int4") +
+                   (qe == Elem::kBF16 ? " bf16" : " f16"));
+      RunQuantizedDecode(s, e, K::kPerToken, K::kPerToken, true, true, DecodeItems, avx2, edit);
+    }
   }
 }
 

@@ -37,7 +37,9 @@ struct V : Avx2Vec {};
 #include "engine/kernels/generic/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
+#define OPENFIA_DECODE_INT 1
 #include "engine/kernels/generic/decode-inl.h"
+#undef OPENFIA_DECODE_INT
 #include "engine/kernels/avx2/fullquant_avx2-inl.h"
 #include "engine/kernels/generic/rows-inl.h"
 

@@ -514,7 +514,7 @@ constexpr float kDotPMin = 0x1p-112f;
 // *sigma = max |P'| / 32767 (a value scale may be negative), *sum = sum_n P'[n] o[n] (o null:
 // sum_n P'[n]). False, with nothing written, where some P' is not finite or the largest |P'| is
 // in (0, kDotPMin): the caller multiplies in fp32.
-inline bool DotQuantP(const float* P, const float* s, const float* o, int64_t npad, int16_t* p,
+inline bool DecIntQuantP(const float* P, const float* s, const float* o, int64_t npad, int16_t* p,
                       float* sigma, float* sum) {
   __m512 mx = _mm512_setzero_ps(), total = _mm512_setzero_ps(), osum = _mm512_setzero_ps();
   for (int64_t n = 0; n < npad; n += 16) {
@@ -608,7 +608,7 @@ inline void DotPvIntRows(const int16_t* p, int64_t r0, const int8_t* const* vr, 
 }
 
 // acc (the R rows of a head, in the P V order) += sigma P V over keys [0, nk): p int16 [R][TN]
-// (DotQuantP), int8 value rows vr[0, nk] (vr[nk]: a zero row).
+// (DecIntQuantP), int8 value rows vr[0, nk] (vr[nk]: a zero row).
 inline void DotPvInt(const DecItem& it, const int16_t* p, const float* sigma,
                      const int8_t* const* vr, int64_t nk, float* acc, int64_t lda,
                      DecPrefetch& pf) {
@@ -628,4 +628,41 @@ inline void DotPvInt(const DecItem& it, const int16_t* p, const float* sigma,
             DotPvIntRows<3>(p, r0 + 4, vr, nk, Dv, sigma, acc, lda, pf); break;
     default: break;
   }
+}
+
+// ---- the integer products' hooks (decode-inl.h) ------------------------------------------------
+
+// Three or more rows fill the integer scores' 4-row groups well enough.
+inline bool DecIntScoresFit(const DecItem& it) { return it.dot_qk && it.R >= 3; }
+inline bool DecIntValuesFit(const DecItem& it) { return it.dot_pv; }
+inline int64_t DecIntQueryBytes(int64_t Rp, int64_t D) { return 2 * Rp * D; }
+inline bool DecIntQuery(DecFmt kf, const float* qf, int64_t Rp, int64_t D, void* qp,
+                        float* sigma, int32_t* corr) {
+  const int32_t c = kf == DecFmt::kI8 ? 128 : 8;  // the staged keys' bias
+  return DotPackQueryInt(qf, Rp, D, c, static_cast<int8_t*>(qp), sigma, corr);
+}
+// The keys staged as unsigned bytes in stage (TN x D bytes), then VPDPBUSD.
+inline void DecIntQk(const DecItem& it, const void* qp, const float* sigma, const int32_t* corr,
+                     const DecTileRows& t, int64_t x, float* S, DecPrefetch& pf, void* stage) {
+  uint8_t* st = static_cast<uint8_t*>(stage);
+  DotStageBytes(it.ks.fmt, t.k, t.kstep, x, t.nk, it.D, st, it.D);
+  const uint8_t* kr[kTileKeys];
+  for (int64_t n = 0; n < t.nk; ++n) kr[n] = st + n * it.D;
+  DotQkInt(it, static_cast<const int8_t*>(qp), sigma, corr, kr, t.nk, S, pf);
+}
+// int4 values sign-extended into int8 rows in stage (TN x Dv bytes), then VPDPWSSD; the
+// accumulators in the P V order.
+inline void DecIntPv(const DecItem& it, const int16_t* p, const float* sigma, const DecTileRows& t,
+                     int64_t x, float* acc, int64_t lda, DecPrefetch& pf, void* stage) {
+  const int8_t* vr[kTileKeys + 1];
+  if (it.vs.fmt == DecFmt::kI4) {
+    uint8_t* st8 = static_cast<uint8_t*>(stage);
+    DotStageBytes(DecFmt::kI4, t.v, t.vstep, x, t.nk, it.Dv, st8, it.Dv, true);
+    for (int64_t n = 0; n < t.nk; ++n) vr[n] = reinterpret_cast<const int8_t*>(st8 + n * it.Dv);
+  } else {
+    for (int64_t n = 0; n < t.nk; ++n)
+      vr[n] = reinterpret_cast<const int8_t*>(t.v[n] + x * t.vstep[n]);
+  }
+  vr[t.nk] = reinterpret_cast<const int8_t*>(kDecZeroRow);
+  DotPvInt(it, p, sigma, vr, t.nk, acc, lda, pf);
 }

@@ -259,7 +259,7 @@ struct DecPrefetch {
   }
   // [cur, end): token n from head x on, of K then V (a token's heads in one run where they are
   // contiguous).
-  void Run() {
+  __attribute__((always_inline)) void Run() {
     cur = end = nullptr;
     if (t == nullptr || n >= t->nk) return;
     const char* row = v ? t->v[n] : t->k[n];
@@ -269,7 +269,8 @@ struct DecPrefetch {
     end = cur + (whole ? (n_hk - x) * bytes : bytes);
     if (whole) x = n_hk - 1;
   }
-  void Tick() {
+  // Inlined into the products' loops: a call there would spill every vector accumulator.
+  __attribute__((always_inline)) void Tick() {
     ++ticks;
     int64_t lines = per_tick;
     while (lines > 0 && cur != nullptr) {
@@ -648,8 +649,21 @@ alignas(64) inline const uint16_t kDecZeroRow[kDecMaxD] = {};
 // the sums with the offsets.
 constexpr float kDecI4Bias = 136.f;
 
+// Integer products of int8 / int4 K and V (avx512/decode_dot-inl.h: VPDPBUSD / VPDPWSSD;
+// avx2/decode_int_avx2-inl.h: VPMADDWD), each file with the same hooks:
+//   DecIntScoresFit(it), DecIntValuesFit(it)   whether the item's keys / values may take them
+//                                              (the first before the query rows are read)
+//   DecIntQueryBytes(Rp, D)                    bytes of one head's integer query rows
+//   DecIntQuery(kf, qf, Rp, D, qp, sigma, corr)  those rows (false: keep the other products)
+//   DecIntQk(it, qp, sigma, corr, t, x, S, pf, stage)   S = Q K^T of head x
+//   DecIntQuantP(P, s, o, npad, p, sigma, sum)          a row's P' as 15-bit integers
+//   DecIntPv(it, p, sigma, t, x, acc, lda, pf, stage)   acc += sigma P V of head x
 #if defined(OPENFIA_DECODE_DOT)
 #include "engine/kernels/avx512/decode_dot-inl.h"
+#define OPENFIA_DECODE_INTS 1
+#elif defined(OPENFIA_DECODE_INT)
+#include "engine/kernels/avx2/decode_int_avx2-inl.h"
+#define OPENFIA_DECODE_INTS 1
 #endif
 
 // ---- the item ---------------------------------------------------------------------------------
@@ -750,8 +764,9 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   it.qe = p.q.elem;
 #if defined(OPENFIA_DECODE_DOT)
   it.dot_qk = it.qe == Elem::kBF16 && Bf16DotTiles();
-  // Three or more rows fill the integer products' 4-row groups well enough.
-  it.int_qk = it.dot_qk && it.ks.quant() && it.R >= 3;
+#endif
+#if defined(OPENFIA_DECODE_INTS)
+  it.int_qk = it.ks.quant() && DecIntScoresFit(it);
 #endif
   const int64_t R = it.R, nh = it.nh, D = it.D, Dv = it.Dv, TNk = kTileKeys;
   const int64_t b = w.b, nq = w.i1 - w.i0, G = p.group(), Rp = DecRowsPad(R);
@@ -797,15 +812,19 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
 #if defined(OPENFIA_DECODE_DOT)
   it.dot_qk = it.dot_qk && DotQueryOk(sc.q, nh * Rp * D);
   it.dot_pv = it.dot_qk;
-  it.int_qk = it.int_qk && it.dot_qk;
-  it.int_pv = it.dot_pv && it.vs.quant();
+#endif
+#if defined(OPENFIA_DECODE_INTS)
+  it.int_qk = it.int_qk && DecIntScoresFit(it);
+  it.int_pv = it.vs.quant() && DecIntValuesFit(it);
+  char* qint = reinterpret_cast<char*>(sc.qdot);
+  const int64_t qint_bytes = DecIntQueryBytes(Rp, D);
+  for (int64_t x = 0; it.int_qk && x < nh; ++x)
+    it.int_qk = DecIntQuery(it.ks.fmt, sc.q + x * Rp * D, Rp, D, qint + x * qint_bytes,
+                            sc.qsig + x * Rp, sc.qcorr + x * 2 * Rp);
+#endif
+#if defined(OPENFIA_DECODE_DOT)
   uint32_t* qhi = sc.qdot;
   uint32_t* qlo = sc.qdot + nh * Rp * D / 2;  // per-channel K: q' = hi + lo
-  int8_t* qint = reinterpret_cast<int8_t*>(sc.qdot);
-  const int32_t kc = it.ks.fmt == DecFmt::kI8 ? 128 : 8;  // the staged keys' bias
-  for (int64_t x = 0; it.int_qk && x < nh; ++x)
-    it.int_qk = DotPackQueryInt(sc.q + x * Rp * D, Rp, D, kc, qint + x * Rp * D * 2,
-                                sc.qsig + x * Rp, sc.qcorr + x * 2 * Rp);
   if (it.dot_qk && !it.int_qk) {
     kbias = it.ks.fmt == DecFmt::kI4 ? kDecI4Bias : 0.f;
     for (int64_t x = 0; x < nh; ++x) {
@@ -929,15 +948,14 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       }
 
       // S = Q K^T, then the per-key or per-channel K parameters.
-#if defined(OPENFIA_DECODE_DOT)
+#if defined(OPENFIA_DECODE_INTS)
       if (it.int_qk) {
-        uint8_t* st = reinterpret_cast<uint8_t*>(sc.kstage);
-        DotStageBytes(it.ks.fmt, t.k, t.kstep, x, nk, D, st, D);
-        const uint8_t* kr[kTileKeys];
-        for (int64_t n = 0; n < nk; ++n) kr[n] = st + n * D;
-        DotQkInt(it, qint + x * Rp * D * 2, sc.qsig + x * Rp, sc.qcorr + x * 2 * Rp, kr, nk, S,
-                 pf);
-      } else if (token_major) {  // the scores are in S
+        DecIntQk(it, qint + x * qint_bytes, sc.qsig + x * Rp, sc.qcorr + x * 2 * Rp, t, x, S, pf,
+                 sc.kstage);
+      } else
+#endif
+#if defined(OPENFIA_DECODE_DOT)
+      if (token_major) {  // the scores are in S
       } else if (it.dot_qk) {
         const char* kr[kTileKeys];
         if (it.ks.quant()) {
@@ -1020,34 +1038,28 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
         pv_later[x] = true;
         continue;
       }
-      if (it.int_pv) {  // integer P' and values (decode_dot-inl.h)
+#endif
+#if defined(OPENFIA_DECODE_INTS)
+      if (it.int_pv) {  // integer P' and values
         int16_t* p16 = reinterpret_cast<int16_t*>(sc.pb);
         float sig[kDecMaxR], psum[kDecMaxR];
         bool ok = true;
         for (int64_t r = 0; r < R && ok; ++r)
-          ok = DotQuantP(P + r * TNk, it.vs.tok() ? vsc : nullptr,
-                         it.vs.tok() && it.vs.off ? vof : nullptr, npad, p16 + r * TNk, &sig[r],
-                         &psum[r]);
+          ok = DecIntQuantP(P + r * TNk, it.vs.tok() ? vsc : nullptr,
+                            it.vs.tok() && it.vs.off ? vof : nullptr, npad, p16 + r * TNk,
+                            &sig[r], &psum[r]);
         if (ok) {
           // The offsets' sum sum_n P' o (per token), or sum(P) (per channel).
           if (v_aux)
             for (int64_t r = 0; r < R; ++r) ax[r] += psum[r];
-          const int8_t* vr[kTileKeys + 1];
-          if (it.vs.fmt == DecFmt::kI4) {
-            uint8_t* st8 = reinterpret_cast<uint8_t*>(sc.vstage);
-            DotStageBytes(DecFmt::kI4, t.v, t.vstep, x, nk, Dv, st8, Dv, true);
-            for (int64_t n = 0; n < nk; ++n) vr[n] = reinterpret_cast<const int8_t*>(st8 + n * Dv);
-          } else {
-            for (int64_t n = 0; n < nk; ++n)
-              vr[n] = reinterpret_cast<const int8_t*>(t.v[n] + x * t.vstep[n]);
-          }
-          vr[nk] = reinterpret_cast<const int8_t*>(kDecZeroRow);
-          DotPvInt(it, p16, sig, vr, nk, o.acc, o.acc_stride, pf);
+          DecIntPv(it, p16, sig, t, x, o.acc, o.acc_stride, pf, sc.vstage);
         } else {  // a P' that is not finite or too small for the integer form
           in_channel_order(o, fma_pv);
         }
         continue;
       }
+#endif
+#if defined(OPENFIA_DECODE_DOT)
       if (it.dot_pv) {  // float values: P in bf16 (the softmax stored it so)
         const char* vr[kTileKeys + 1];
         for (int64_t n = 0; n < nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
@@ -1114,3 +1126,4 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
 inline const char* DecodeSupports(const Problem& p, const WorkItem* w) {
   return w == nullptr ? DecodeProblemWhy(p) : DecodeItemWhy(p, *w);
 }
+#undef OPENFIA_DECODE_INTS
