@@ -2,16 +2,20 @@
 // query rows per KV head (a GQA group at one or a few queries) over long key ranges, where every
 // key / value byte serves only those rows. Included (no include guard) inside a target's namespace
 // after attend-inl.h (V, the resolver, LoadElem, RunSoftmaxStep); kernels_avx512bf16.cc defines
-// OPENFIA_DECODE_DOT first, which brings in avx512/decode_dot-inl.h for the VDPBF16PS products.
+// OPENFIA_DECODE_DOT first, which brings in avx512/decode_dot-inl.h for the VDPBF16PS products,
+// and kernels_avx2.cc OPENFIA_DECODE_INT, which brings in avx2/decode_int_avx2-inl.h for
+// VPMADDWD products of int8 / int4 caches.
 //
 // Per tile of kTileKeys keys and per KV head of the item, with R rows:
-//   S = Q K^T   VDPBF16PS on bf16 queries where Bf16DotTiles (decode_dot-inl.h), else fp32 FMAs
-//               on K rows widened in registers, the rows sharing each loaded K vector;
+//   S = Q K^T   VDPBF16PS on bf16 queries where Bf16DotTiles (decode_dot-inl.h); int8 / int4
+//               keys as integer products against integer query rows (VPDPBUSD for 3 or more
+//               rows there, VPMADDWD on avx2 for bf16 / f16 queries); else fp32 FMAs on K rows
+//               widened in registers, the rows sharing each loaded K vector;
 //   softmax     the shared update (softmax-inl.h) on the row-major scores, P rounded to the
 //               query dtype into its own buffer (the scores stay);
-//   acc += P V  VDPBF16PS on bf16 value pairs where Q K^T used it (int8 / int4 values: VPDPWSSD
-//               on 15-bit integer probabilities per tile and row), else fp32 FMAs, the rows
-//               sharing each loaded V vector.
+//   acc += P V  VDPBF16PS on bf16 value pairs where Q K^T used it; int8 / int4 values as integer
+//               products against 15-bit integer probabilities per tile and row (VPDPWSSD there,
+//               VPMADDWD on avx2); else fp32 FMAs, the rows sharing each loaded V vector.
 // int8 / int4 K and V: the integers are exact in bf16 and fp32, so they go to the products with
 // one exact conversion (int4 keys with none on the VDPBF16PS path: 0x4300 | nibble is a bf16
 // number) and every antiquant parameter comes out of the sums:
