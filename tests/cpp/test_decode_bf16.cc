@@ -104,8 +104,9 @@ TEST(DecodeBf16, NonFiniteValues) {
 // An +inf value at keys whose probability is exp(-90) ~ 8e-40, a subnormal even in bf16: the
 // output is +inf there, as in the reference. VDPBF16PS reads a subnormal P as 0 (0 x inf = NaN),
 // so a tile whose probabilities fell below the probability exp's floor takes the exact exp and
-// the fp32 products (DecTinyP, DecExactP in generic/decode-inl.h). Query rows of KV head 0 are e_0 (channel 0
-// one, the rest zero); key j0's channel 0 makes its scaled score 90 above every other key's 0.
+// the fp32 products (DecTinyP in generic/decode-inl.h, DecExactP in generic/decode_base-inl.h).
+// Query rows of KV head 0 are e_0 (channel 0 one, the rest zero); key j0's channel 0 makes its
+// scaled score 90 above every other key's 0.
 TEST(DecodeBf16, InfiniteValueMeetsATinyProbability) {
   const bool bf16 = TargetOps("avx512bf16") != nullptr;
   for (int64_t d : {64, 48}) {

@@ -32,7 +32,8 @@ struct List {
 //   - int8 full quantization takes the VPMADDWD kernel on every x86 target with AVX2 (integer
 //     products either way);
 //   - decode items (a few rows per KV head, every key visible) take the target's decode kernel
-//     (generic/decode-inl.h: fp32 FMA products, VDPBF16PS where Bf16DotTiles() on avx512bf16);
+//     (generic/decode-inl.h: fp32 FMA products, VDPBF16PS where Bf16DotTiles() on avx512bf16,
+//     integer products of int8 / int4 caches on avx512bf16 and avx2);
 //   - the AMX target runs per-tile dequantized sparse items, multi-token SparseAttnSharedkv
 //     items, dense bf16 prefill and other bf16 items of 16 or more rows on tile matmuls, and its
 //     decode items on the AVX-512 decode kernel (fp32 FMA products: on the Intel CPUs measured,

@@ -1,6 +1,6 @@
 // openfia internal: the integer products of the decode kernel (generic/decode-inl.h) on the avx2
-// target, for int8 / int4 K and V under bf16 / f16 queries. Included by decode-inl.h inside the
-// target's namespace when OPENFIA_DECODE_INT is defined.
+// target, for int8 / int4 K and V under bf16 / f16 queries. Included by kernels_avx2.cc inside the
+// target's namespace, between generic/decode_base-inl.h and generic/decode-inl.h.
 //
 // AVX2 has no accumulating dot instruction; VPMADDWD multiplies 16 int16 pairs and sums each
 // pair into an int32 lane (16 exact products per instruction, twice an fp32 FMA's 8), and int8 /
@@ -52,7 +52,8 @@ inline bool DecIntQuery(DecFmt kf, const float* qf, int64_t Rp, int64_t D, void*
     const float* q = qf + r * D;
     if (!DecFinite(q, D)) return false;
     __m256 m = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d += 8) m = _mm256_max_ps(m, _mm256_and_ps(abs, _mm256_loadu_ps(q + d)));
+    for (int64_t d = 0; d < D; d += 8)
+      m = _mm256_max_ps(m, _mm256_and_ps(abs, _mm256_loadu_ps(q + d)));
     const float mx = Avx2Vec::ReduceMax(m);
     const float inv = mx > 0.f ? qmax / mx : 0.f;
     sigma[r] = mx > 0.f ? mx / qmax : 0.f;
@@ -212,7 +213,8 @@ inline void DecIntQkFmt(const DecItem& it, const int16_t* qp, const float* sigma
   if (it.R == 1) return DecIntQkRows<F, 1, 4>(it, qp, sigma, corr, t, x, 0, S, pf);
   if (it.R == 2) return DecIntQkRows<F, 2, 4>(it, qp, sigma, corr, t, x, 0, S, pf);
   // Rows past R in the last group of 4 are zero queries (DecRowsPad).
-  for (int64_t r0 = 0; r0 < it.R; r0 += 4) DecIntQkRows<F, 4, 2>(it, qp, sigma, corr, t, x, r0, S, pf);
+  for (int64_t r0 = 0; r0 < it.R; r0 += 4)
+    DecIntQkRows<F, 4, 2>(it, qp, sigma, corr, t, x, r0, S, pf);
 }
 inline void DecIntQk(const DecItem& it, const void* qp, const float* sigma, const int32_t* corr,
                      const DecTileRows& t, int64_t x, float* S, DecPrefetch& pf, void*) {
@@ -303,7 +305,8 @@ __attribute__((always_inline)) inline void DecIntPvBlock(const int16_t* p, int64
       const __m256i pw =
           _mm256_set1_epi32(*reinterpret_cast<const aint*>(p + (r0 + r) * kTileKeys + n));
       OPENFIA_UNROLL
-      for (int j = 0; j < NA; ++j) a[r][j] = _mm256_add_epi32(a[r][j], _mm256_madd_epi16(pv[j], pw));
+      for (int j = 0; j < NA; ++j)
+        a[r][j] = _mm256_add_epi32(a[r][j], _mm256_madd_epi16(pv[j], pw));
     }
   }
   OPENFIA_UNROLL
@@ -357,8 +360,10 @@ inline void DecIntPvFmt(const DecItem& it, const int16_t* p, const float* sigma,
                         int64_t lda, DecPrefetch& pf) {
   int64_t r0 = 0;
   if constexpr (F == DecFmt::kI8)
-    for (; r0 + 4 <= it.R; r0 += 4) DecIntPvRows<F, 4>(p, r0, vr, nk, it.Dv, sigma, psum8, acc, lda, pf);
-  for (; r0 + 2 <= it.R; r0 += 2) DecIntPvRows<F, 2>(p, r0, vr, nk, it.Dv, sigma, psum8, acc, lda, pf);
+    for (; r0 + 4 <= it.R; r0 += 4)
+      DecIntPvRows<F, 4>(p, r0, vr, nk, it.Dv, sigma, psum8, acc, lda, pf);
+  for (; r0 + 2 <= it.R; r0 += 2)
+    DecIntPvRows<F, 2>(p, r0, vr, nk, it.Dv, sigma, psum8, acc, lda, pf);
   if (r0 < it.R) DecIntPvRows<F, 1>(p, r0, vr, nk, it.Dv, sigma, psum8, acc, lda, pf);
 }
 

@@ -37,6 +37,8 @@ struct V : Avx2Vec {};
 #include "engine/kernels/generic/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
+#include "engine/kernels/generic/decode_base-inl.h"
+#include "engine/kernels/avx2/decode_int_avx2-inl.h"
 #define OPENFIA_DECODE_INT 1
 #include "engine/kernels/generic/decode-inl.h"
 #undef OPENFIA_DECODE_INT

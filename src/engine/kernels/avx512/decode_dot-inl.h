@@ -1,6 +1,6 @@
 // openfia internal: the VDPBF16PS products of the decode kernel (generic/decode-inl.h), for bf16
-// queries on the avx512bf16 target where Bf16DotTiles. Included by decode-inl.h inside the
-// target's namespace when OPENFIA_DECODE_DOT is defined.
+// queries on the avx512bf16 target where Bf16DotTiles. Included by kernels_avx512bf16.cc inside
+// the target's namespace, between generic/decode_base-inl.h and generic/decode-inl.h.
 //
 //   S = Q K^T  rows in passes of 4: a query vector holds 2 rows x 8 channel pairs (16
 //              channels), and each key's same 16 channels are broadcast to both 256-bit halves

@@ -37,6 +37,7 @@ struct V : Avx512Vec {};
 #include "engine/kernels/generic/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
+#include "engine/kernels/generic/decode_base-inl.h"
 #include "engine/kernels/generic/decode-inl.h"
 #include "engine/kernels/generic/rows-inl.h"
 

@@ -45,6 +45,8 @@ struct V : Avx512Vec {
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS
 #undef OPENFIA_ATTEND_BF16DOT
+#include "engine/kernels/generic/decode_base-inl.h"
+#include "engine/kernels/avx512/decode_dot-inl.h"
 #define OPENFIA_DECODE_DOT 1
 #include "engine/kernels/generic/decode-inl.h"
 #undef OPENFIA_DECODE_DOT
