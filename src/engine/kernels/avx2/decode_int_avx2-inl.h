@@ -225,10 +225,6 @@ inline void DecIntQk(const DecItem& it, const void* qp, const float* sigma, cons
 
 // ---- P V ------------------------------------------------------------------------------------
 
-// Largest |P'| of a tile below which the integer form is not used: 32767 / max |P'| stays finite
-// (from 2^-113 on) and sigma keeps at least 22 bits.
-constexpr float kDecPMin = 0x1p-112f;
-
 // p[n] = round(P'[n] / sigma) for n < npad (P' = P s, or P when s is null; 0 past the live keys),
 // *sigma = max |P'| / 32767 (a value scale may be negative), *sum = sum_n P'[n] o[n] (o null:
 // sum_n P'[n]). False, with nothing written, where some P' is not finite or the largest |P'| is

@@ -506,16 +506,12 @@ inline void DotPv(const DecItem& it, const uint16_t* P, const char* const* vr, i
 // largest probability to bf16 alone (2^-9 max |P'| |x|) that the VDPBF16PS form pays on top of
 // the others'. No staging of int8 values to bf16 (about as many instructions as the products).
 
-// Largest |P'| of a tile below which the integer form is not used: 32767 / max |P'| stays finite
-// (from 2^-113 on) and sigma keeps at least 22 bits.
-constexpr float kDotPMin = 0x1p-112f;
-
 // p[n] = round(P'[n] / sigma) for n < npad (P' = P s, or P when s is null; 0 past the live keys),
 // *sigma = max |P'| / 32767 (a value scale may be negative), *sum = sum_n P'[n] o[n] (o null:
 // sum_n P'[n]). False, with nothing written, where some P' is not finite or the largest |P'| is
-// in (0, kDotPMin): the caller multiplies in fp32.
+// in (0, kDecPMin): the caller multiplies in fp32.
 inline bool DecIntQuantP(const float* P, const float* s, const float* o, int64_t npad, int16_t* p,
-                      float* sigma, float* sum) {
+                         float* sigma, float* sum) {
   __m512 mx = _mm512_setzero_ps(), total = _mm512_setzero_ps(), osum = _mm512_setzero_ps();
   for (int64_t n = 0; n < npad; n += 16) {
     __m512 x = _mm512_loadu_ps(P + n);
@@ -526,7 +522,7 @@ inline bool DecIntQuantP(const float* P, const float* s, const float* o, int64_t
   }
   const float m = _mm512_reduce_max_ps(mx), t = _mm512_reduce_add_ps(total);
   const float os = _mm512_reduce_add_ps(osum);
-  if (!std::isfinite(t) || !std::isfinite(os) || (m > 0.f && m < kDotPMin)) return false;
+  if (!std::isfinite(t) || !std::isfinite(os) || (m > 0.f && m < kDecPMin)) return false;
   const __m512 inv = _mm512_set1_ps(m > 0.f ? 32767.f / m : 0.f);
   for (int64_t n = 0; n < npad; n += 16) {
     __m512 x = _mm512_loadu_ps(P + n);

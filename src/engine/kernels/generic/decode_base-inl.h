@@ -611,6 +611,10 @@ inline void DecodeExactTile(const DecItem& it, const DecTileRows& t, int64_t x, 
 
 alignas(64) inline const uint16_t kDecZeroRow[kDecMaxD] = {};
 
+// Largest |P'| of a tile below which the integer P V forms (DecIntQuantP) are not used: 32767 /
+// max |P'| stays finite (from 2^-113 on) and sigma keeps at least 22 bits.
+constexpr float kDecPMin = 0x1p-112f;
+
 // int4 K rows staged for VDPBF16PS hold x + kDecI4Bias (decode_dot-inl.h); the bias comes out of
 // the sums with the offsets.
 constexpr float kDecI4Bias = 136.f;
