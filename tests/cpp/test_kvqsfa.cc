@@ -195,7 +195,7 @@ TEST(Kvqsfa, CanonicalTokenLists) {
   EXPECT_EQ(p.d_qk, 512);
   EXPECT_EQ(p.d_rope, 64);
   EXPECT_EQ(p.d_v, 512);
-  // The engine runs sparse selections over per-tile quantized rows (attend-inl.h ResolveEntry).
+  // The engine runs sparse selections over per-tile quantized rows (kv_rows-inl.h ResolveEntry).
   std::string why;
   EXPECT_TRUE(internal::EngineSupports(p, &why)) << why;
 }

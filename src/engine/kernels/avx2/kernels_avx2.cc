@@ -34,6 +34,7 @@ struct V : Avx2Vec {};
 
 #define OPENFIA_ATTEND_ROWS 6
 #define OPENFIA_ATTEND_COLS 2
+#include "engine/kernels/generic/attend_base-inl.h"
 #include "engine/kernels/generic/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS

@@ -1,8 +1,9 @@
 // openfia internal: the bf16 dot-product tiles of the generic loop (AVX512-BF16 VDPBF16PS).
 //
-// Included by attend-inl.h inside a target namespace whose V is the AVX-512 vector (W == 16) and
-// whose pragma enables avx512bf16, only when OPENFIA_ATTEND_BF16DOT is defined. The tile loop is
-// that of attend-inl.h; what changes on a "dot tile" is the arithmetic of its two products:
+// Included by kernels_avx512bf16.cc inside a target namespace whose V is the AVX-512 vector
+// (W == 16) and whose pragma enables avx512bf16, between generic/attend_base-inl.h and
+// generic/attend_dot_common-inl.h (then attend-inl.h, with OPENFIA_ATTEND_BF16DOT defined). The
+// tile loop is that of attend-inl.h; what changes on a "dot tile" is the arithmetic of its two products:
 //   S = Q K^T and acc += P V as VDPBF16PS over bf16 pairs (each product of two bf16 values is
 //   exact in fp32, the pair sums and the accumulation are fp32: only the order and the rounding
 //   of the fp32 sums differ from the FMA path), at twice the FMA path's multiply-adds per
@@ -208,5 +209,3 @@ constexpr bool kPairsRoundFp32 = true;
 constexpr int64_t kDirectChannels = 32;  // channel multiple of the direct pair packing
 using DotScale = __m512;
 inline DotScale DotSet1(float x) { return _mm512_set1_ps(x); }
-
-#include "engine/kernels/generic/attend_dot_common-inl.h"

@@ -34,6 +34,7 @@ struct V : Avx512Vec {};
 
 #define OPENFIA_ATTEND_ROWS 6
 #define OPENFIA_ATTEND_COLS 4
+#include "engine/kernels/generic/attend_base-inl.h"
 #include "engine/kernels/generic/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS

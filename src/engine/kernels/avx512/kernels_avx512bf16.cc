@@ -41,6 +41,9 @@ struct V : Avx512Vec {
 #define OPENFIA_ATTEND_ROWS 6
 #define OPENFIA_ATTEND_COLS 4
 #define OPENFIA_ATTEND_BF16DOT 1
+#include "engine/kernels/generic/attend_base-inl.h"
+#include "engine/kernels/avx512/attend_dot-inl.h"
+#include "engine/kernels/generic/attend_dot_common-inl.h"
 #include "engine/kernels/generic/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS

@@ -1,7 +1,8 @@
-// openfia internal: the ISA-neutral part of the generic loop's bf16 dot tiles, included at the
-// end of attend_dot-inl.h (AVX512-BF16 VDPBF16PS) and attend_dot_neon-inl.h (FEAT_BF16 BFDOT),
-// after their DotBlock, PairRows, QueryDotSafe, KeyPairsBf16, ValuePairsBf16, kDotLanes,
-// kDirectChannels, DotScale and DotSet1.
+// openfia internal: the ISA-neutral part of the generic loop's bf16 dot tiles, included by a
+// target with dot tiles after its dot file (avx512/attend_dot-inl.h: AVX512-BF16 VDPBF16PS;
+// neon/attend_dot_neon-inl.h: FEAT_BF16 BFDOT) and its DotBlock, PairRows, QueryDotSafe,
+// KeyPairsBf16, ValuePairsBf16, kDotLanes, kDirectChannels, DotScale and DotSet1, before
+// generic/attend-inl.h (the tile loop that calls it).
 
 // Whether item rows can take dot tiles: the CPU prefers them (Bf16DotTiles), a bf16 query,
 // every packed K / V / rope value a bf16 value (bf16 storage, or antiquant, which rounds to the

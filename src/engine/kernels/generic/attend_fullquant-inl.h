@@ -1,7 +1,8 @@
 // openfia internal: int8 full quantization (int8 query, key and value; docs/semantics.md 1.8) on
-// the engine. Included by attend-inl.h (inside the per-target namespace, after ResolveKey). The
-// driver FqRun takes its products, packing and per-row element operations from an Ops class:
-// FqScalarOps here (every target), FqAvx2Ops in fullquant_avx2-inl.h (the x86 tables).
+// the engine. Included by attend-inl.h (inside the per-target namespace, after
+// attend_base-inl.h). The driver FqRun takes its products, packing and per-row element
+// operations from an Ops class: FqScalarOps here (every target), FqAvx2Ops in
+// fullquant_avx2-inl.h (the x86 tables).
 //
 // The same step-by-step fp16 emulation as the reference's FullQuantRow:
 //   S = fp16(fp16(clip(float(Q.K) * ds1, +-65504)) * fp16(scale)) [+ pse, fp16 add]

@@ -1,7 +1,7 @@
 // openfia internal: the decode kernels (decode_avx2, decode_avx512, decode_avx512bf16): a few
 // query rows per KV head (a GQA group at one or a few queries) over long key ranges, where every
 // key / value byte serves only those rows. Included (no include guard) inside a target's namespace
-// after attend-inl.h (V, the resolver, LoadElem, RunSoftmaxStep) and decode_base-inl.h (the
+// after attend_base-inl.h / attend-inl.h (V, the resolver, LoadElem, RunSoftmaxStep) and decode_base-inl.h (the
 // pieces below the item: rows, prefetch, fp32 products, exact corners); a target with integer
 // or dot products includes its own file in between and defines OPENFIA_DECODE_DOT
 // (kernels_avx512bf16.cc: avx512/decode_dot-inl.h, VDPBF16PS / VPDPBUSD / VPDPWSSD) or

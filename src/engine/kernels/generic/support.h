@@ -36,7 +36,7 @@ inline const char* KvOperandWhy(const KvOperand& kv, Elem q) {
 inline const char* TileLoopSupports(const Problem& p) {
   const Elem q = p.q.elem;
   if (p.full_quant) return "int8 full quantization (the two-pass kernel runs it)";
-  // The second key source is read through the packing's prefix slot (attend-inl.h WithSecond),
+  // The second key source is read through the packing's prefix slot (kv_rows-inl.h WithSecond),
   // so it needs sparse key lists and a problem without a shared prefix.
   if ((!p.key_source.empty() || p.k2.cache.present()) &&
       (p.key_offset.empty() || p.prefix_len != 0 || p.k.prefix.present()))

@@ -57,7 +57,7 @@ struct TileScratch {
   float* step = nullptr;
   // K = V problems (no rope, d_v == d_qk, TransposedQueryFits): dk * qt_ld floats (qt_ld: the
   // most rows rounded up to 16) for the query rows of each KV head of an item transposed, so
-  // that the scores of a tile come from its row-major V (attend-inl.h ScoresFromRows). Null
+  // that the scores of a tile come from its row-major V (attend_base-inl.h ScoresFromRows). Null
   // otherwise.
   float* qt = nullptr;
   int64_t qt_ld = 0;

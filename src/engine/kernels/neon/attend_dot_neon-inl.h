@@ -2,8 +2,9 @@
 // the NEON twin of attend_dot-inl.h (read that file first: the pair forms, which items and
 // tiles qualify and why are the same; only the instructions and the 4-lane width differ).
 //
-// Included by attend-inl.h inside the neonbf16 target's namespace (V: 4 f32 lanes, compiled for
-// armv8.2-a+bf16) when OPENFIA_ATTEND_BF16DOT is defined. BFDOT multiplies 4 lanes of bf16
+// Included by kernels_neonbf16.cc inside the target's namespace (V: 4 f32 lanes, compiled for
+// armv8.2-a+bf16) between generic/attend_base-inl.h and generic/attend_dot_common-inl.h (then
+// attend-inl.h, with OPENFIA_ATTEND_BF16DOT defined). BFDOT multiplies 4 lanes of bf16
 // pairs: lane i of the accumulator += a[2i] b[2i] + a[2i+1] b[2i+1], 8 multiply-adds per
 // instruction where FMLA does 4. Without FEAT_EBF16 it reads bf16 subnormals as zero, flushes
 // subnormal results and rounds its fp32 sums to odd: the exclusions of attend_dot-inl.h (no
@@ -158,5 +159,3 @@ constexpr int64_t kDirectChannels = 16;  // so that P V, reading the padded valu
                                          // only words ValuePairsBf16 wrote
 using DotScale = float32x4_t;
 inline DotScale DotSet1(float x) { return vdupq_n_f32(x); }
-
-#include "engine/kernels/generic/attend_dot_common-inl.h"

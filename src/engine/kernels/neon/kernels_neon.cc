@@ -30,6 +30,7 @@ struct V : NeonVec {};
 // 32 vector registers of 4 lanes: 6 rows x 4 vectors (16 columns) = 24 accumulators.
 #define OPENFIA_ATTEND_ROWS 6
 #define OPENFIA_ATTEND_COLS 4
+#include "engine/kernels/generic/attend_base-inl.h"
 #include "engine/kernels/generic/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS

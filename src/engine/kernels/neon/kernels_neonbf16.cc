@@ -31,6 +31,9 @@ struct V : NeonVec {};
 #define OPENFIA_ATTEND_ROWS 6
 #define OPENFIA_ATTEND_COLS 4
 #define OPENFIA_ATTEND_BF16DOT 1
+#include "engine/kernels/generic/attend_base-inl.h"
+#include "engine/kernels/neon/attend_dot_neon-inl.h"
+#include "engine/kernels/generic/attend_dot_common-inl.h"
 #include "engine/kernels/generic/attend-inl.h"
 #undef OPENFIA_ATTEND_ROWS
 #undef OPENFIA_ATTEND_COLS

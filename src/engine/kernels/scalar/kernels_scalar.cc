@@ -20,6 +20,7 @@ namespace openfia::internal::scalar_target {
 
 struct V : ScalarVec {};
 
+#include "engine/kernels/generic/attend_base-inl.h"
 #include "engine/kernels/generic/attend-inl.h"
 
 const char* PortableSupports(const Problem& p, const WorkItem* w) {
