@@ -20,18 +20,6 @@
 // is a plain one; the last, partial tile pads its scores with keys whose scaled score is -inf
 // (P = 0) and its K/V with zero rows.
 
-// Whether two operands address the same elements.
-inline bool SameOperand(const Operand& a, const Operand& b) {
-  return a.data == b.data && a.elem == b.elem && a.sb == b.sb && a.sh == b.sh && a.ss == b.ss &&
-         a.sd == b.sd && a.d_split == b.d_split && a.batch_data == b.batch_data;
-}
-
-inline bool SameDequant(const Dequant& a, const Dequant& b) {
-  return a.kind == b.kind && a.scale == b.scale && a.scale_elem == b.scale_elem &&
-         a.offset == b.offset && a.offset_elem == b.offset_elem && a.sb == b.sb && a.sh == b.sh &&
-         a.ss == b.ss && a.sd == b.sd && a.d_group == b.d_group && a.logical == b.logical;
-}
-
 // Whether item w of p runs on the tile-dequant path.
 inline bool AmxTileDqCan(const Problem& p, const WorkItem& w) {
   if (p.key_offset.empty() || p.q.elem != Elem::kBF16) return false;

@@ -114,10 +114,9 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
   const bool stream_ok = hrows <= kStreamRows && p.d_rope == 0 && D % W == 0 && Dv % W == 0;
   const int64_t tile0 = w.j0 / TN * TN;
   const int64_t pf_keys = std::max<int64_t>(W, kPrefetchTiles * TN / w.n_hk);
-  const bool same_kv_rows = kv_shared && p.k.cache.data != nullptr &&
-                            p.v.cache.data == p.k.cache.data &&
-                            p.v.prefix.data == p.k.prefix.data &&
-                            p.v2.cache.data == p.k2.cache.data;
+  // V's rows are K's (K = V, MLA's values are the keys' first channels): its lines are K's.
+  const bool same_kv_rows = p.k.cache.data != nullptr && Dv <= p.d_qk && SameRows(p.k, p.v) &&
+                            SameRows(p.k2, p.v2);
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TN) {
     const int64_t jt0 = std::max(t0, w.j0), jt1 = std::min(t0 + TN, w.j1), nk = jt1 - jt0;
     // Some row i in [i0, i1) sees a key in [jt0, jt1) iff i - pre <= jt1 - 1 and jt0 <= i + next.
@@ -131,7 +130,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
       const int64_t pf1 = std::min(w.j1, t0 + TN + pf_keys);
       if (pf0 < pf1) {
         PrefetchKeys(p, p.k, p.k2, w, w.hk, w.n_hk, pf0, pf1, p.d_qk);
-        if (!same_kv_rows)  // (K = V: the same lines)
+        if (!same_kv_rows)
           PrefetchKeys(p, p.v, p.v2, w, w.hk, w.n_hk, pf0, pf1, Dv);
         if (p.d_rope > 0) PrefetchKeys(p, p.k_rope, p.k2, w, w.hk, w.n_hk, pf0, pf1, p.d_rope);
       }

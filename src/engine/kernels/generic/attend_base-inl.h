@@ -599,6 +599,29 @@ inline bool SameLayout(const Operand& a, const Operand& b) {
          a.d_split == b.d_split && a.sd_outer == b.sd_outer;
 }
 
+// Whether two operands address the same elements.
+inline bool SameOperand(const Operand& a, const Operand& b) {
+  return SameLayout(a, b) && a.sb == b.sb && a.sh == b.sh && a.ss == b.ss &&
+         a.batch_sh == b.batch_sh;
+}
+
+inline bool SameDequant(const Dequant& a, const Dequant& b) {
+  return a.kind == b.kind && a.scale == b.scale && a.scale_elem == b.scale_elem &&
+         a.offset == b.offset && a.offset_elem == b.offset_elem && a.sb == b.sb &&
+         a.sh == b.sh && a.ss == b.ss && a.sd == b.sd && a.d_group == b.d_group &&
+         a.logical == b.logical;
+}
+
+// Whether b's rows are a's rows (the same bytes from each row's start, and b's antiquant
+// parameters, if any, a's): MLA's values are its keys' first channels.
+inline bool SameRows(const KvOperand& a, const KvOperand& b) {
+  const auto params = [](const Dequant& x, const Dequant& y) {
+    return y.kind == Dequant::Kind::kNone || SameDequant(x, y);
+  };
+  return SameOperand(a.cache, b.cache) && SameOperand(a.prefix, b.prefix) &&
+         params(a.dequant, b.dequant) && params(a.prefix_dequant, b.prefix_dequant);
+}
+
 // K = V (SparseAttnSharedkv; any FIA call given the same tensor twice): the same unquantized
 // operands, whole vectors of channels, no rope (checked once per item).
 inline bool KvShared(const Problem& p, const KvOperand& kx, const KvOperand& vx, int64_t D) {

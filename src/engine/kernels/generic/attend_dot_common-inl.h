@@ -166,13 +166,6 @@ inline bool KeyValuePairsDq(const DqRows& f, int64_t nk, int64_t D, int64_t w0, 
   return std::isnan(V::ReduceSum(nf));
 }
 
-inline bool SameDequant(const Dequant& a, const Dequant& b) {
-  return a.kind == b.kind && a.scale == b.scale && a.scale_elem == b.scale_elem &&
-         a.offset == b.offset && a.offset_elem == b.offset_elem && a.sb == b.sb &&
-         a.sh == b.sh && a.ss == b.ss && a.sd == b.sd && a.d_group == b.d_group &&
-         a.logical == b.logical;
-}
-
 // Whether the tile's values are its keys' rows under the same antiquant (so that value channel d
 // is key channel d): the same operand layout and parameters, every key resolved to the same row.
 inline bool TileValuesAreKeys(const KvOperand& kx, const KvOperand& vx, const TileScratch& sc,
