@@ -500,11 +500,7 @@ void AmxAttend(const Problem& p, const WorkItem& w, TileScratch& sc, const RowSt
     // The non-finite-V path multiplies P in fp32 (a subnormal P times Inf is Inf, as in the
     // reference): the exact exp there.
     step.exact = v_bad;
-    step.m = out.m;
-    step.l = out.l;
-    step.acc = out.acc;
-    step.acc_stride = out.acc_stride;
-    step.ldv = ldv;
+    step.State(out, ldv);
     RunSoftmaxStep(step);
 
     if (v_bad) {

@@ -248,11 +248,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
       // fp32); a non-finite value must still meet the tiny P the reference gives it: the exact
       // exp there, and on the streaming paths, which do not look at V.
       step.exact = !v_seen || v_bad;
-      step.m = o.m;
-      step.l = o.l;
-      step.acc = o.acc;
-      step.acc_stride = o.acc_stride;
-      step.ldv = ldv;
+      step.State(o, ldv);
       RunSoftmaxStep(step);
 
       if (stream) {

@@ -83,26 +83,6 @@ inline DecPvFn DecPickPv(DecFmt f) {
   }
 }
 
-// The softmax step of `rows` rows of scores S (row stride kTileKeys) with states o; the caller
-// says where P goes (store) and passes any extra per-row sum (aux).
-inline SoftmaxStep DecSoftmaxStep(const DecItem& it, float* S, int64_t rows, int64_t nk,
-                                  int64_t npad, const RowStates& o) {
-  SoftmaxStep st;
-  st.s = S;
-  st.lds = kTileKeys;
-  st.rows = rows;
-  st.nk = nk;
-  st.npad = npad;
-  st.scale = it.scale;
-  st.store.pe = it.qe;
-  st.m = o.m;
-  st.l = o.l;
-  st.acc = o.acc;
-  st.acc_stride = o.acc_stride;
-  st.ldv = it.ldv;
-  return st;
-}
-
 // Whether a probability of some row fell below the probability exp's floor in this tile: a live
 // score with scale s - m < -86.5 (its exact P is tiny but not 0).
 inline bool DecTinyP(const DecItem& it, const float* S, const float* m, int64_t nk) {

@@ -528,6 +528,23 @@ inline float DecSum(const float* P, int64_t npad) {
 
 // ---- the exact corners ------------------------------------------------------------------------
 
+// The softmax step of `rows` rows of scores S (row stride kTileKeys) with states o; the caller
+// says where P goes (store) and passes any extra per-row sum (aux).
+inline SoftmaxStep DecSoftmaxStep(const DecItem& it, float* S, int64_t rows, int64_t nk,
+                                  int64_t npad, const RowStates& o) {
+  SoftmaxStep st;
+  st.s = S;
+  st.lds = kTileKeys;
+  st.rows = rows;
+  st.nk = nk;
+  st.npad = npad;
+  st.scale = it.scale;
+  st.store.pe = it.qe;
+  st.State(o, it.ldv);
+  return st;
+}
+
+
 // P[r][n] = round(exp(S[r][n] * scale - m[r])) with the exact exp (subnormals kept), times the
 // value's per-key scale vs[n]; 0 for a row without a visible key yet.
 inline void DecExactP(const DecItem& it, const float* S, const float* m, const float* vsc,
@@ -579,23 +596,10 @@ inline void DecodeExactTile(const DecItem& it, const DecTileRows& t, int64_t x, 
       S[r * kTileKeys + n] = n < t.nk ? acc : -std::numeric_limits<float>::infinity();
     }
   }
-  SoftmaxStep st;
-  st.s = S;
-  st.lds = kTileKeys;
-  st.rows = it.R;
-  st.nk = t.nk;
-  st.npad = kTileKeys;
-  st.scale = it.scale;
-  st.store.kind = SoftmaxStore::Kind::kRounded;
-  st.store.pe = it.qe;
+  SoftmaxStep st = DecSoftmaxStep(it, S, it.R, t.nk, kTileKeys, o);
   st.store.pf = P;
   st.store.ldpf = kTileKeys;
   st.exact = true;
-  st.m = o.m;
-  st.l = o.l;
-  st.acc = o.acc;
-  st.acc_stride = o.acc_stride;
-  st.ldv = it.ldv;
   st.aux = aux;
   RunSoftmaxStep(st);
   for (int64_t r = 0; r < it.R; ++r) {

@@ -214,6 +214,15 @@ struct SoftmaxStep {
   float* acc = nullptr;
   int64_t acc_stride = 0, ldv = 0;
   float* aux = nullptr;  // [rows] or null: one more per-row accumulator, rescaled like acc
+
+  // The rows' running state o, accumulators of ldv_ channels.
+  void State(const RowStates& o, int64_t ldv_) {
+    m = o.m;
+    l = o.l;
+    acc = o.acc;
+    acc_stride = o.acc_stride;
+    ldv = ldv_;
+  }
 };
 
 inline void RunSoftmaxStep(const SoftmaxStep& st) {
