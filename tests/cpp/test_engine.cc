@@ -51,8 +51,8 @@ TEST(Engine, SameTensorForKeysAndValues) {
 }
 
 // K = V items with 16 or more rows of one KV head score each tile from the packed values
-// (attend_base-inl.h ScoresFromRows: the query rows transposed, no transposed K). Its scores are the
-// same FMAs in the same order as the transposed-K kernel's, so the output must equal, bit for
+// (attend_base-inl.h ScoresFromRows: the query rows transposed, no transposed K). Its scores are
+// the same FMAs in the same order as the transposed-K kernel's, so the output must equal, bit for
 // bit, that of the same call with V a copy of K in other buffers (which packs K transposed).
 // Row counts off the vector width, key counts off the tile and the register block, paged and
 // dense, a shared prefix, decode and a causal prefill, in every dtype.

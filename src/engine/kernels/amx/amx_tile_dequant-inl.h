@@ -6,7 +6,8 @@
 // Per tile of kTileKeys selected keys (random rows of the cache):
 //   1. each row's d_qk quantized channels (int8, fp8 e4m3 or hifloat8) are dequantized ONCE into
 //      a bf16 staging row: x * scale[tile] in fp32, rounded to bf16 to nearest even. These are
-//      the operations and the rounding of attend_base-inl.h LoadElem (the reference's), bit for bit;
+//      the operations and the rounding of attend_base-inl.h LoadElem (the reference's), bit for
+//      bit;
 //   2. K is packed from the staging rows (nope) and the rows' rope values (read in place), V from
 //      the same staging rows (K and V are the same dequantized memory, problem.h v == k), so one
 //      dequantization serves K, V and every query head of the item;

@@ -3,8 +3,8 @@
 //
 // Included by kernels_avx2.cc inside namespace openfia::internal::avx2_target, after
 // attend_fullquant-inl.h (V, FqScalarRows, FqPack*Scalar). The AVX-512 tables run full-quant
-// items through this kernel too (Avx2FullQuantRun): every AVX-512 CPU has AVX2, and the products are integer
-// VPMADDWD either way.
+// items through this kernel too (Avx2FullQuantRun): every AVX-512 CPU has AVX2, and the products
+// are integer VPMADDWD either way.
 //
 //   products  VPMADDWD: 16 int16 products summed pairwise into 8 int32 lanes. Scores: a query
 //             word (2 channels) broadcast against 8 keys' words of the same 2 channels (kp),

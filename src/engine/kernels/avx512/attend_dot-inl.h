@@ -3,7 +3,8 @@
 // Included by kernels_avx512bf16.cc inside a target namespace whose V is the AVX-512 vector
 // (W == 16) and whose pragma enables avx512bf16, between generic/attend_base-inl.h and
 // generic/attend_dot_common-inl.h (then attend-inl.h, with OPENFIA_ATTEND_BF16DOT defined). The
-// tile loop is that of attend-inl.h; what changes on a "dot tile" is the arithmetic of its two products:
+// tile loop is that of attend-inl.h; what changes on a "dot tile" is the arithmetic of its two
+// products:
 //   S = Q K^T and acc += P V as VDPBF16PS over bf16 pairs (each product of two bf16 values is
 //   exact in fp32, the pair sums and the accumulation are fp32: only the order and the rounding
 //   of the fp32 sums differ from the FMA path), at twice the FMA path's multiply-adds per

@@ -1,11 +1,12 @@
 // openfia internal: the decode kernels (decode_avx2, decode_avx512, decode_avx512bf16): a few
 // query rows per KV head (a GQA group at one or a few queries) over long key ranges, where every
 // key / value byte serves only those rows. Included (no include guard) inside a target's namespace
-// after attend_base-inl.h / attend-inl.h (V, the resolver, LoadElem, RunSoftmaxStep) and decode_base-inl.h (the
-// pieces below the item: rows, prefetch, fp32 products, exact corners); a target with integer
-// or dot products includes its own file in between and defines OPENFIA_DECODE_DOT
-// (kernels_avx512bf16.cc: avx512/decode_dot-inl.h, VDPBF16PS / VPDPBUSD / VPDPWSSD) or
-// OPENFIA_DECODE_INT (kernels_avx2.cc: avx2/decode_int_avx2-inl.h, VPMADDWD).
+// after attend_base-inl.h / attend-inl.h (V, the resolver, LoadElem, RunSoftmaxStep) and
+// decode_base-inl.h (the pieces below the item: rows, prefetch, fp32 products, exact corners,
+// the softmax step); a target with integer or dot products includes its own file in between and
+// defines OPENFIA_DECODE_DOT (kernels_avx512bf16.cc: avx512/decode_dot-inl.h, VDPBF16PS /
+// VPDPBUSD / VPDPWSSD) or OPENFIA_DECODE_INT (kernels_avx2.cc: avx2/decode_int_avx2-inl.h,
+// VPMADDWD).
 //
 // Per tile of kTileKeys keys and per KV head of the item, with R rows:
 //   S = Q K^T   VDPBF16PS on bf16 queries where Bf16DotTiles (decode_dot-inl.h); int8 / int4

@@ -1,8 +1,8 @@
 // openfia internal: the decode kernels' pieces below the item (generic/decode-inl.h): formats and
 // what the kernels take, the scratch, tile rows and their prefetch, per-key and per-channel
-// antiquant parameters, the fp32 products and the reference-order corners. Included (no include
-// guard) inside a target's namespace after attend_base-inl.h / attend-inl.h and before the
-// target's product file (if any) and decode-inl.h.
+// antiquant parameters, the fp32 products, the softmax step and the reference-order corners.
+// Included (no include guard) inside a target's namespace after attend_base-inl.h / attend-inl.h
+// and before the target's product file (if any) and decode-inl.h.
 
 constexpr int64_t kDecMaxD = 1024;
 constexpr int kDecMaxR = 16;  // rows per KV head
