@@ -132,11 +132,11 @@ __attribute__((always_inline)) inline __m512 DotQk4(const uint32_t* q, const uin
     for (int k = 0; k < 4; ++k) {
       const __m512bh kb = DotBh(_mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k4[k] + 32 * c))));
-      a[k][0] = _mm512_dpbf16_ps(a[k][0], kb, q0);
-      a[k][1] = _mm512_dpbf16_ps(a[k][1], kb, q1);
+      a[k][0] = DpBf16(a[k][0], kb, q0);
+      a[k][1] = DpBf16(a[k][1], kb, q1);
       if constexpr (kLo) {
-        a[k][0] = _mm512_dpbf16_ps(a[k][0], kb, l0);
-        a[k][1] = _mm512_dpbf16_ps(a[k][1], kb, l1);
+        a[k][0] = DpBf16(a[k][0], kb, l0);
+        a[k][1] = DpBf16(a[k][1], kb, l1);
       }
     }
   }
@@ -178,8 +178,8 @@ inline void DotQkRows(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
           OPENFIA_UNROLL
           for (int k = 0; k < 16; ++k) {
             const __m512bh kv = DotBh(_mm512_maskz_loadu_epi16(m, k16[k] + 2 * d));
-            acc[k] = _mm512_dpbf16_ps(acc[k], kv, qv);
-            if constexpr (kLo) acc[k] = _mm512_dpbf16_ps(acc[k], kv, qw);
+            acc[k] = DpBf16(acc[k], kv, qv);
+            if constexpr (kLo) acc[k] = DpBf16(acc[k], kv, qw);
           }
         }
         _mm512_storeu_ps(S + r * TNk + n0,
@@ -332,8 +332,8 @@ __attribute__((always_inline)) inline __m512 DotQkInt4(const int8_t* qg, const u
     for (int k = 0; k < 4; ++k) {
       const __m512i kb = _mm512_broadcast_i32x4(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(k4[k] + 16 * c)));
-      h[k] = _mm512_dpbusd_epi32(h[k], kb, qh);
-      l[k] = _mm512_dpbusd_epi32(l[k], kb, ql);
+      h[k] = DpBusd(h[k], kb, qh);
+      l[k] = DpBusd(l[k], kb, ql);
     }
   }
   // Lane 4 r + j: row r's partial sum over quad j; sum the quads (integers, exact).
@@ -441,7 +441,7 @@ __attribute__((always_inline)) inline void DotPvBlock(const uint16_t* P, int64_t
       const __m512bh pw = DotBh(_mm512_set1_epi32(
           *reinterpret_cast<const aint*>(P + (r0 + r) * kTileKeys + n)));
       OPENFIA_UNROLL
-      for (int j = 0; j < NA; ++j) a[r][j] = _mm512_dpbf16_ps(a[r][j], pv[j], pw);
+      for (int j = 0; j < NA; ++j) a[r][j] = DpBf16(a[r][j], pv[j], pw);
     }
   }
   OPENFIA_UNROLL
@@ -578,7 +578,7 @@ __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64
       const __m512i pw =
           _mm512_set1_epi32(*reinterpret_cast<const aint*>(p + (r0 + r) * kTileKeys + n));
       OPENFIA_UNROLL
-      for (int j = 0; j < NA; ++j) a[r][j] = _mm512_dpwssd_epi32(a[r][j], pv[j], pw);
+      for (int j = 0; j < NA; ++j) a[r][j] = DpWssd(a[r][j], pv[j], pw);
     }
   }
   OPENFIA_UNROLL

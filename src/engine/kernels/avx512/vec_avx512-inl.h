@@ -176,3 +176,20 @@ struct Avx512Vec {
     }
   }
 };
+
+// The dot-product accumulations (VPDPBUSD, VPDPWSSD, VDPBF16PS: acc += a . b) with the
+// accumulator tied to its register. Through the intrinsics GCC 12 kept the decode's
+// loop-carried accumulators in second registers, copied back and forth around every product
+// (two moves per product in the integer score loop, stack spills in the integer P V loop).
+__attribute__((always_inline)) inline __m512i DpBusd(__m512i acc, __m512i u8, __m512i s8) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+  return acc;
+}
+__attribute__((always_inline)) inline __m512i DpWssd(__m512i acc, __m512i a, __m512i b) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+__attribute__((always_inline)) inline __m512 DpBf16(__m512 acc, __m512bh a, __m512bh b) {
+  asm("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
