@@ -757,6 +757,47 @@ TEST(Engine, InfiniteValueMeetsATinyProbability) {
   }
 }
 
+// Values whose fp32 P V sums pass FLT_MAX while their mean does not: zero queries give every
+// key the same score, and three keys hold 2e38 (bf16: 1.99e38) on one channel, so the fp32 sum
+// of the three is past FLT_MAX and the output, their sum over kv_len keys, an ordinary number.
+// The reference sums in double; the engine reruns such rows with its probabilities scaled by
+// 2^-64 (RunRerunningOverflow). A decode (the decode kernels, the tile loop forced) and a
+// prefill; bf16 not where the AMX table exists (its kernels keep the fp32 overflow,
+// docs/kernels.md).
+TEST(Engine, ValueSumsPastFltMaxStayFinite) {
+  for (Elem e : {Elem::kF32, Elem::kBF16}) {
+    if (e == Elem::kBF16 && TargetOps("amx") != nullptr) continue;
+    for (int64_t q_len : {1, 24}) {
+      CaseSpec s;
+      s.qe = e;
+      s.oe = Elem::kF32;
+      s.batch = 1;
+      s.h_q = 8;
+      s.h_kv = 2;
+      s.d_qk = s.d_v = 64;
+      s.block = 32;
+      s.q_len = {q_len};
+      s.kv_len = {300};
+      s.seed = 70 + q_len;
+      RunCase(s, [](Case& c) {
+        Problem& p = c.problem();
+        const auto row = [&](const Operand& o, int64_t h, int64_t j, int64_t d) {
+          return o.Offset(p.block_table[j / p.block_size], h, j % p.block_size, d);
+        };
+        const auto set = [](const Operand& o, int64_t at, float x) {
+          cvt::Store(const_cast<void*>(o.Base(0)), o.elem, at, x);
+        };
+        for (int64_t h = 0; h < p.h_q; ++h)
+          for (int64_t i = 0; i < p.q_len[0]; ++i)
+            for (int64_t d = 0; d < p.d_qk; ++d)
+              set(p.q, p.q.Offset(0, h, p.q_begin[0] + i, d), 0.f);
+        for (int64_t h = 0; h < p.h_kv; ++h)
+          for (int64_t j : {10, 150, 290}) set(p.v.cache, row(p.v.cache, h, j, 5), 2e38f);
+      });
+    }
+  }
+}
+
 // The AVX512-BF16 table's dot tiles (attend_dot-inl.h: Q K^T and P V as VDPBF16PS over bf16
 // pairs) on the shapes that stress their pair forms, packed from the fp32 staging or straight
 // from bf16 rows: odd head dims (a zero-padded last pair), key tails of odd length, MLA rope,

@@ -48,7 +48,7 @@ inline void BiasAndMaskRow(const Problem& p, const WorkItem& w, const ItemOrigin
 }
 
 inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
-                       const RowStates& out) {
+                       const RowStates& out, float shift = 0.f) {
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
   const int64_t vs = PackedVStride(ldv);  // row stride of the packed V tile
@@ -248,6 +248,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
       // fp32); a non-finite value must still meet the tiny P the reference gives it: the exact
       // exp there, and on the streaming paths, which do not look at V.
       step.exact = !v_seen || v_bad;
+      step.shift = shift;
       step.State(o, ldv);
       RunSoftmaxStep(step);
 
@@ -273,13 +274,65 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
   }
 }
 
+// Whether row r's accumulators (ld floats, zero past d_v) hold a value that is not finite while
+// its running maximum is finite (a row whose scores hold a NaN has m = NaN).
+inline bool RowAccNonFinite(const RowStates& out, int64_t r, int64_t ld) {
+  return std::isfinite(out.m[r]) && AnyNonFinite(out.acc + r * out.acc_stride, 1, ld);
+}
+
+// Runs a work item, run(shift), whose rows (out: `rows` states, accumulators of ld floats) the
+// run resets and fills. The fp32 P V sums of a row can pass FLT_MAX while its output, their
+// mean, is an ordinary number (values near the bf16 / fp32 maximum under probabilities near 1;
+// the reference sums in double). Where a row's accumulators came out non-finite the item runs
+// again with every probability scaled by 2^-64 (SoftmaxStep::shift), which leaves acc / l and
+// m + log l as they are; a rerun row is kept where it is finite, else the first run's (a
+// non-finite value meeting a probability the shift took below fp32's range would turn an
+// infinity into a NaN). Rows without the overflow keep the first run's bits.
+template <class Run>
+inline void RunRerunningOverflow(const RowStates& out, int64_t rows, int64_t ld, Run run) {
+  run(0.f);
+  const int64_t st = out.acc_stride;
+  int64_t first = 0;
+  while (first < rows && !RowAccNonFinite(out, first, ld)) ++first;
+  if (first == rows) return;
+  // The first run's states, to restore the rows the rerun does not make finite (without the
+  // memory the first run stands).
+  const SpareFloats keep(rows * (ld + 3));
+  if (keep.data() == nullptr) return;
+  float* km = keep.data();
+  float* kl = km + rows;
+  float* kbad = kl + rows;
+  float* kacc = kbad + rows;
+  for (int64_t r = 0; r < rows; ++r) {
+    km[r] = out.m[r];
+    kl[r] = out.l[r];
+    kbad[r] = r >= first && RowAccNonFinite(out, r, ld) ? 1.f : 0.f;
+    std::memcpy(kacc + r * ld, out.acc + r * st, sizeof(float) * ld);
+  }
+  run(64.f * 0.693147180559945f);  // 64 ln 2: P <= 2^-64
+  for (int64_t r = 0; r < rows; ++r) {
+    if (kbad[r] != 0.f && std::isfinite(out.m[r]) && std::isfinite(out.l[r]) &&
+        !AnyNonFinite(out.acc + r * st, 1, ld))
+      continue;
+    out.m[r] = km[r];
+    out.l[r] = kl[r];
+    std::memcpy(out.acc + r * st, kacc + r * ld, sizeof(float) * ld);
+  }
+}
+
+// Item w through the tile loop.
+inline void AttendItem(const Problem& p, const WorkItem& w, TileScratch& sc, const RowStates& out) {
+  RunRerunningOverflow(out, w.rows(), sc.dv_pad,
+                       [&](float shift) { AttendImpl(p, w, sc, out, shift); });
+}
+
 // Every target's tile_<isa> kernel: its supports and run entries.
 inline const char* TileSupports(const Problem& p, const WorkItem* w) {
   if (const char* why = TileLoopSupports(p)) return why;
   return w != nullptr ? OneTokenPerSparseItem(p, *w) : nullptr;
 }
 inline void TileRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
-  AttendImpl(p, w, TileOf(scratch), out);
+  AttendItem(p, w, TileOf(scratch), out);
 }
 
 // y[i] = f(x[i]) over whole vectors, the tail one element at a time (the tables' exp / exp_p

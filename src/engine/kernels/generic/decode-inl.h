@@ -111,9 +111,9 @@ inline bool DecTinyP(const DecItem& it, const float* S, const float* m, int64_t 
 }
 
 // Runs item w (DecodeProblemWhy / DecodeItemWhy accepted it) with the scratch DecodeScratchSize
-// declares.
-inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
-                          const RowStates& out) {
+// declares, every softmax step with the given shift (DecodeRunItem).
+inline void DecodeRunItemShifted(const Problem& p, const WorkItem& w, void* scratch,
+                                 const RowStates& out, float shift) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   DecScratch sc;
   DecScratchFloats(p, &sc, static_cast<float*>(scratch));
@@ -122,6 +122,7 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
   it.w = &w;
   DecSideOf(p.k, p.q.elem, &it.ks);
   DecSideOf(p.v, p.q.elem, &it.vs);
+  it.shift = shift;
   it.R = w.head_rows();
   it.nh = w.n_hk;
   it.D = p.d_qk;
@@ -492,6 +493,15 @@ inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
       }
     }
   }
+}
+
+// The decode kernel's run entry: item w with the rerun of rows whose fp32 sums passed FLT_MAX
+// (attend-inl.h).
+inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
+                          const RowStates& out) {
+  RunRerunningOverflow(out, w.rows(), (p.d_v + 15) / 16 * 16, [&](float shift) {
+    DecodeRunItemShifted(p, w, scratch, out, shift);
+  });
 }
 
 // The decode kernel's supports entry: the problem-level rules, then the item's.

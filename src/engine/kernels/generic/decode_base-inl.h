@@ -329,6 +329,7 @@ struct DecItem {
   bool dot_qk = false, dot_pv = false;
   bool int_qk = false;  // int8 / int4 keys by VPDPBUSD (decode_dot-inl.h)
   bool int_pv = false;  // int8 / int4 values by VPDPWSSD (decode_dot-inl.h)
+  float shift = 0.f;     // SoftmaxStep::shift of every step (RunRerunningOverflow)
 };
 
 // Per-key parameters of head h (per token, head or tensor; 1, 0 for a float side) of the tile.
@@ -540,6 +541,7 @@ inline SoftmaxStep DecSoftmaxStep(const DecItem& it, float* S, int64_t rows, int
   st.npad = npad;
   st.scale = it.scale;
   st.store.pe = it.qe;
+  st.shift = it.shift;
   st.State(o, it.ldv);
   return st;
 }

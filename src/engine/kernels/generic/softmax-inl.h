@@ -11,7 +11,7 @@
 // masked keys and padding at -inf), m the running maximum, l the running sum and acc the P V
 // accumulators:
 //   m' = max(m, max s), where a NaN step maximum is ignored here and reaches the row through its
-//        P (exp(NaN - m') is NaN);
+//        P (exp(NaN - m') is NaN); with a shift (SoftmaxStep::shift) max(m, max s + shift);
 //   m' = -inf (nothing visible yet): if some score is NaN the row is NaN from now on (m' = NaN,
 //        the reference's rule: a NaN in K or its antiquant parameters poisons the row), else
 //        the row stays as it is and its P is 0;
@@ -147,12 +147,15 @@ struct SoftmaxGroup {
   // The rules before the exponentials: from the rows' step maxima tmax (lanes; times
   // max_scale when the maxima were taken on raw scores, else 1) and their running maxima m[i].
   // has_nan(i) says whether row i's live scores hold a NaN; asked only for a row whose new
-  // maximum is -inf.
+  // maximum is -inf. shift > 0 keeps each running maximum that far above the rows' scores
+  // (SoftmaxStep::shift).
   template <class HasNan>
-  void Rule(typename V::T tmax, float max_scale, const float* m, int rows, HasNan has_nan) {
+  void Rule(typename V::T tmax, float max_scale, const float* m, int rows, HasNan has_nan,
+            float shift = 0.f) {
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     g = rows;
     if (max_scale != 1.f) tmax = V::Mul(tmax, V::Set1(max_scale));
+    if (shift != 0.f) tmax = V::Add(tmax, V::Set1(shift));
     alignas(64) float t[W], mold[W];
     V::Store(t, tmax);
     for (int i = 0; i < g; ++i) {
@@ -214,6 +217,11 @@ struct SoftmaxStep {
   float* acc = nullptr;
   int64_t acc_stride = 0, ldv = 0;
   float* aux = nullptr;  // [rows] or null: one more per-row accumulator, rescaled like acc
+  // Added to the step maxima (scaled scores) before the rules, so a row's running maximum m
+  // stays `shift` above its largest score and every P is at most exp(-shift): the same state
+  // (m, l, acc scaled alike: acc / l and m + log l are unchanged) with the P V sums that much
+  // further from FLT_MAX. 0: the usual m = the largest score.
+  float shift = 0.f;
 
   // The rows' running state o, accumulators of ldv_ channels.
   void State(const RowStates& o, int64_t ldv_) {
@@ -244,7 +252,8 @@ inline void RunSoftmaxStep(const SoftmaxStep& st) {
                for (int64_t n = 0; n < st.nk; ++n)
                  if (std::isnan(s[n])) return true;
                return false;
-             });
+             },
+             st.shift);
     for (int i = 0; i < parts; ++i) {
       part[i] = V::Zero();
       if (i >= g) continue;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <new>
 
 namespace openfia::internal {
 namespace {
@@ -113,5 +114,9 @@ void PrepareTileScratch(const Problem& p, void* mem) {
   Lay(p, static_cast<char*>(mem) + kHeader, &s);
   *static_cast<TileScratch*>(mem) = s;
 }
+
+SpareFloats::SpareFloats(int64_t n)
+    : p_(n > 0 ? new (std::nothrow) float[static_cast<size_t>(n)] : nullptr) {}
+SpareFloats::~SpareFloats() { delete[] p_; }
 
 }  // namespace openfia::internal

@@ -104,4 +104,18 @@ void PrepareTileScratch(const Problem& p, void* mem);
 // The TileScratch a prepared scratch holds.
 inline TileScratch& TileOf(void* scratch) { return *static_cast<TileScratch*>(scratch); }
 
+// n floats from the heap for a rare path (data() null where the memory is not there: the path
+// then does without), freed with the object.
+class SpareFloats {
+ public:
+  explicit SpareFloats(int64_t n);
+  ~SpareFloats();
+  SpareFloats(const SpareFloats&) = delete;
+  SpareFloats& operator=(const SpareFloats&) = delete;
+  float* data() const { return p_; }
+
+ private:
+  float* p_ = nullptr;
+};
+
 }  // namespace openfia::internal

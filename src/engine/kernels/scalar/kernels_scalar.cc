@@ -30,7 +30,7 @@ const char* PortableSupports(const Problem& p, const WorkItem* w) {
 
 void PortableRun(const Problem& p, const WorkItem& w, void* scratch, const RowStates& out) {
   if (p.full_quant) return AttendFullQuant(p, w, TileOf(scratch), out);
-  AttendImpl(p, w, TileOf(scratch), out);
+  AttendItem(p, w, TileOf(scratch), out);
 }
 
 const Kernel kPortable = {"portable", Isa::kScalar, &PortableSupports, &TileScratchSize,
