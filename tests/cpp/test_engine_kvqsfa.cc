@@ -301,28 +301,41 @@ TEST(EngineKvqsfa, ScoreWhoseFp32PartialSumsOverflowStaysFinite) {
   }
 }
 
-// Values whose fp32 P V sums pass FLT_MAX while their mean does not: a zero query gives tokens 3
-// and 7 the same score (P = 1 each), and both hold 127 x 1.5e36 = 1.905e38 on channels [0, 64)
-// (the mean), so the fp32 sum of the two is past FLT_MAX. The output is 1.905e38 there, as the
-// reference and the oracle compute it in double (the overflowed accumulator gave inf). Two heads:
-// the generic tile loop on every target.
+// Tokens 3 and 7 selected, both holding 127 x 1.5e36 = 1.905e38 on channels [0, 64), and the
+// same score: a zero query, or with `huge` a query 1 on rope channel 0 against rope 1e37 in both
+// tokens (a score so large that no offset added to it in fp32 would change it).
+void HugeValues(Built& B, bool huge) {
+  B.indices = {3, 7};
+  for (int64_t h = 0; h < B.c.heads; ++h)
+    for (int64_t d = 0; d < 576; ++d)
+      B.query[B.QOffset(0, 0, h) + d] = kvqtest::ToQ(huge && d == 512 ? 1.f : 0.f, B.c.qdt);
+  for (int64_t t : {3, 7}) {
+    uint8_t* row = B.key_bytes() + B.RowOffset(0, t);
+    for (int64_t d = 0; d < 64; ++d) row[d] = 127;
+    const float big = 1.5e36f;
+    std::memcpy(row + 640, &big, 4);  // the scale of channels [0, 128)
+    const uint16_t rope0 = kvqtest::ToQ(huge ? 1e37f : 0.f, B.c.qdt);
+    std::memcpy(row + 512, &rope0, 2);
+  }
+}
+
+// Values whose fp32 P V sums pass FLT_MAX while their mean does not (HugeValues): the output is
+// 1.905e38 on those channels, as the reference and the oracle compute it in double (the
+// overflowed accumulator gave inf). Two heads: the generic tile loop on every target.
 TEST(EngineKvqsfa, ValueSumsPastFltMaxStayFinite) {
   Case c;
   c.qdt = DType::kBFloat16;
   c.kvdt = DType::kInt8;
   c.batch = 1, c.s1 = 1, c.heads = 2, c.s2 = 24, c.topk = 2;
   c.seed = 37;
-  Check(c, [](Built& B) {
-    B.indices = {3, 7};
-    for (int64_t h = 0; h < B.c.heads; ++h)
-      for (int64_t d = 0; d < 576; ++d) B.query[B.QOffset(0, 0, h) + d] = kvqtest::ToQ(0.f, B.c.qdt);
-    for (int64_t t : {3, 7}) {
-      uint8_t* row = B.key_bytes() + B.RowOffset(0, t);
-      for (int64_t d = 0; d < 64; ++d) row[d] = 127;
-      const float big = 1.5e36f;
-      std::memcpy(row + 640, &big, 4);  // the scale of channels [0, 128)
-    }
-  });
+  {
+    SCOPED_TRACE("equal scores 0");
+    Check(c, [](Built& B) { HugeValues(B, false); });
+  }
+  {
+    SCOPED_TRACE("equal scores 1e37 x scale");
+    Check(c, [](Built& B) { HugeValues(B, true); });
+  }
 }
 
 // Random calls (OPENFIA_RANDOM_CASES, default 12; OPENFIA_RANDOM_SEED, default 1): KV format,

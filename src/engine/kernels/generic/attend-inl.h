@@ -48,7 +48,7 @@ inline void BiasAndMaskRow(const Problem& p, const WorkItem& w, const ItemOrigin
 }
 
 inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
-                       const RowStates& out, float shift = 0.f) {
+                       const RowStates& out, float pscale = 1.f) {
   const int64_t b = w.b, nq = w.i1 - w.i0, rows = w.rows(), G = p.group();
   const int64_t D = sc.dk, Dv = p.d_v, ldv = sc.dv_pad, ldq = sc.dk_pad;
   const int64_t vs = PackedVStride(ldv);  // row stride of the packed V tile
@@ -248,7 +248,7 @@ inline void AttendImpl(const Problem& p, const WorkItem& w, TileScratch& sc,
       // fp32); a non-finite value must still meet the tiny P the reference gives it: the exact
       // exp there, and on the streaming paths, which do not look at V.
       step.exact = !v_seen || v_bad;
-      step.shift = shift;
+      step.pscale = pscale;
       step.State(o, ldv);
       RunSoftmaxStep(step);
 
@@ -280,17 +280,21 @@ inline bool RowAccNonFinite(const RowStates& out, int64_t r, int64_t ld) {
   return std::isfinite(out.m[r]) && AnyNonFinite(out.acc + r * out.acc_stride, 1, ld);
 }
 
-// Runs a work item, run(shift), whose rows (out: `rows` states, accumulators of ld floats) the
+// Runs a work item, run(pscale), whose rows (out: `rows` states, accumulators of ld floats) the
 // run resets and fills. The fp32 P V sums of a row can pass FLT_MAX while its output, their
 // mean, is an ordinary number (values near the bf16 / fp32 maximum under probabilities near 1;
 // the reference sums in double). Where a row's accumulators came out non-finite the item runs
-// again with every probability scaled by 2^-64 (SoftmaxStep::shift), which leaves acc / l and
-// m + log l as they are; a rerun row is kept where it is finite, else the first run's (a
-// non-finite value meeting a probability the shift took below fp32's range would turn an
-// infinity into a NaN). Rows without the overflow keep the first run's bits.
+// again with every probability times 2^-64 (SoftmaxStep::pscale), and each such row that comes
+// out finite leaves normalized: acc / l, l = 1 and m + log l (computed in double, the 2^-64
+// taken back), the same output and lse and a state the runner merges like any other. Other
+// rows keep the first run's bits (a non-finite value meeting a probability the scaling took
+// below fp32's range would turn an infinity into a NaN). f16 probabilities cannot take the
+// scaling, and their values (f16, or int8 dequantized to f16) cannot overflow the sums.
 template <class Run>
-inline void RunRerunningOverflow(const RowStates& out, int64_t rows, int64_t ld, Run run) {
-  run(0.f);
+inline void RunRerunningOverflow(const Problem& p, const RowStates& out, int64_t rows, int64_t ld,
+                                 Run run) {
+  run(1.f);
+  if (p.q.elem == Elem::kF16) return;
   const int64_t st = out.acc_stride;
   int64_t first = 0;
   while (first < rows && !RowAccNonFinite(out, first, ld)) ++first;
@@ -309,21 +313,35 @@ inline void RunRerunningOverflow(const RowStates& out, int64_t rows, int64_t ld,
     kbad[r] = r >= first && RowAccNonFinite(out, r, ld) ? 1.f : 0.f;
     std::memcpy(kacc + r * ld, out.acc + r * st, sizeof(float) * ld);
   }
-  run(64.f * 0.693147180559945f);  // 64 ln 2: P <= 2^-64
+  run(0x1p-64f);
   for (int64_t r = 0; r < rows; ++r) {
-    if (kbad[r] != 0.f && std::isfinite(out.m[r]) && std::isfinite(out.l[r]) &&
-        !AnyNonFinite(out.acc + r * st, 1, ld))
-      continue;
+    float* a = out.acc + r * st;
+    const float l = out.l[r];
+    if (kbad[r] != 0.f && std::isfinite(out.m[r]) && std::isfinite(l) && l > 0.f &&
+        !AnyNonFinite(a, 1, ld)) {
+      bool ok = true;
+      for (int64_t d = 0; d < ld; ++d) {
+        a[d] = static_cast<float>(static_cast<double>(a[d]) / l);
+        ok = ok && std::isfinite(a[d]);
+      }
+      if (ok) {
+        const double lse = static_cast<double>(out.m[r]) + std::log(static_cast<double>(l)) +
+                           64.0 * 0.69314718055994530942;  // log(l 2^64)
+        out.m[r] = static_cast<float>(lse);
+        out.l[r] = 1.f;
+        continue;
+      }
+    }
     out.m[r] = km[r];
     out.l[r] = kl[r];
-    std::memcpy(out.acc + r * st, kacc + r * ld, sizeof(float) * ld);
+    std::memcpy(a, kacc + r * ld, sizeof(float) * ld);
   }
 }
 
 // Item w through the tile loop.
 inline void AttendItem(const Problem& p, const WorkItem& w, TileScratch& sc, const RowStates& out) {
-  RunRerunningOverflow(out, w.rows(), sc.dv_pad,
-                       [&](float shift) { AttendImpl(p, w, sc, out, shift); });
+  RunRerunningOverflow(p, out, w.rows(), sc.dv_pad,
+                       [&](float pscale) { AttendImpl(p, w, sc, out, pscale); });
 }
 
 // Every target's tile_<isa> kernel: its supports and run entries.

@@ -111,9 +111,9 @@ inline bool DecTinyP(const DecItem& it, const float* S, const float* m, int64_t 
 }
 
 // Runs item w (DecodeProblemWhy / DecodeItemWhy accepted it) with the scratch DecodeScratchSize
-// declares, every softmax step with the given shift (DecodeRunItem).
-inline void DecodeRunItemShifted(const Problem& p, const WorkItem& w, void* scratch,
-                                 const RowStates& out, float shift) {
+// declares, every probability times pscale (DecodeRunItem).
+inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scratch,
+                                const RowStates& out, float pscale) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   DecScratch sc;
   DecScratchFloats(p, &sc, static_cast<float*>(scratch));
@@ -122,7 +122,7 @@ inline void DecodeRunItemShifted(const Problem& p, const WorkItem& w, void* scra
   it.w = &w;
   DecSideOf(p.k, p.q.elem, &it.ks);
   DecSideOf(p.v, p.q.elem, &it.vs);
-  it.shift = shift;
+  it.pscale = pscale;
   it.R = w.head_rows();
   it.nh = w.n_hk;
   it.D = p.d_qk;
@@ -499,8 +499,8 @@ inline void DecodeRunItemShifted(const Problem& p, const WorkItem& w, void* scra
 // (attend-inl.h).
 inline void DecodeRunItem(const Problem& p, const WorkItem& w, void* scratch,
                           const RowStates& out) {
-  RunRerunningOverflow(out, w.rows(), (p.d_v + 15) / 16 * 16, [&](float shift) {
-    DecodeRunItemShifted(p, w, scratch, out, shift);
+  RunRerunningOverflow(p, out, w.rows(), (p.d_v + 15) / 16 * 16, [&](float pscale) {
+    DecodeRunItemScaled(p, w, scratch, out, pscale);
   });
 }
 

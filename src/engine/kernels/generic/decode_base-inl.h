@@ -329,7 +329,7 @@ struct DecItem {
   bool dot_qk = false, dot_pv = false;
   bool int_qk = false;  // int8 / int4 keys by VPDPBUSD (decode_dot-inl.h)
   bool int_pv = false;  // int8 / int4 values by VPDPWSSD (decode_dot-inl.h)
-  float shift = 0.f;     // SoftmaxStep::shift of every step (RunRerunningOverflow)
+  float pscale = 1.f;    // SoftmaxStep::pscale of every step (RunRerunningOverflow)
 };
 
 // Per-key parameters of head h (per token, head or tensor; 1, 0 for a float side) of the tile.
@@ -541,7 +541,7 @@ inline SoftmaxStep DecSoftmaxStep(const DecItem& it, float* S, int64_t rows, int
   st.npad = npad;
   st.scale = it.scale;
   st.store.pe = it.qe;
-  st.shift = it.shift;
+  st.pscale = it.pscale;
   st.State(o, it.ldv);
   return st;
 }
@@ -558,7 +558,7 @@ inline void DecExactP(const DecItem& it, const float* S, const float* m, const f
         alignas(64) float t[V::kW] = {};
         t[0] = S[r * kTileKeys + n] * it.scale - m[r];
         V::Store(t, V::Exp(V::Load(t)));
-        pr = cvt::RoundToElem(t[0], it.qe) * vsc[n];
+        pr = cvt::RoundToElem(t[0] * it.pscale, it.qe) * vsc[n];
       }
       P[r * kTileKeys + n] = pr;
     }

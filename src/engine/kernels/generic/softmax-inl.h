@@ -11,11 +11,12 @@
 // masked keys and padding at -inf), m the running maximum, l the running sum and acc the P V
 // accumulators:
 //   m' = max(m, max s), where a NaN step maximum is ignored here and reaches the row through its
-//        P (exp(NaN - m') is NaN); with a shift (SoftmaxStep::shift) max(m, max s + shift);
+//        P (exp(NaN - m') is NaN);
 //   m' = -inf (nothing visible yet): if some score is NaN the row is NaN from now on (m' = NaN,
 //        the reference's rule: a NaN in K or its antiquant parameters poisons the row), else
 //        the row stays as it is and its P is 0;
-//   P = exp(s - m'), stored as the step asks (SoftmaxStore);
+//   P = exp(s - m') (times SoftmaxStep::pscale where that is not 1), stored as the step asks
+//        (SoftmaxStore);
 //   alpha = 0 for a row without history (m = -inf), 1 when m' == m is finite (exp(0) is exactly
 //        1, so this only skips work), else exp(m - m');
 //   l' = l alpha + sum exp(s - m') (unrounded), m = m', acc *= alpha (rows whose alpha is not 1,
@@ -94,15 +95,15 @@ inline typename V::T SoftmaxRowMax(const float* s, int64_t npad, float scale = 1
   return vm;
 }
 
-// P of one row (keys [0, npad), scores times `scale`, P = exp(x - m_new)) stored as `st` says
-// (row r of its destination); returns the partial sums (one vector). kExact: V::Exp (a P below
-// exp(-86.5) is kept: where the step's values hold a non-finite number, a tiny P times inf must
-// be inf, not 0 x inf = NaN); else the probability exp.
+// P of one row (keys [0, npad), scores times `scale`, P = exp(x - m_new) times pscale) stored as
+// `st` says (row r of its destination); returns the partial sums (one vector). kExact: V::Exp (a
+// P below exp(-86.5) is kept: where the step's values hold a non-finite number, a tiny P times
+// inf must be inf, not 0 x inf = NaN); else the probability exp.
 template <bool kExact>
 inline typename V::T SoftmaxRowExp(float* s, int64_t npad, float scale, float m_new,
-                                   const SoftmaxStore& st, int64_t r) {
+                                   const SoftmaxStore& st, int64_t r, float pscale = 1.f) {
   constexpr int W = V::kW;
-  const typename V::T vmn = V::Set1(m_new), vscale = V::Set1(scale);
+  const typename V::T vmn = V::Set1(m_new), vscale = V::Set1(scale), vp = V::Set1(pscale);
   typename V::T vsum = V::Zero();
   // kBf16 in place: keys [n, n + W) are read before P goes to their bytes [2n, 2n + 2W).
   uint16_t* pb = st.kind == SoftmaxStore::Kind::kBf16
@@ -113,6 +114,7 @@ inline typename V::T SoftmaxRowExp(float* s, int64_t npad, float scale, float m_
     typename V::T x = V::Load(s + n);
     if (scale != 1.f) x = V::Mul(x, vscale);
     typename V::T e = V::template Exp<!kExact>(V::Sub(x, vmn));
+    if (pscale != 1.f) e = V::Mul(e, vp);
     vsum = V::Add(vsum, e);
     if (pb != nullptr) {
       SoftmaxStoreBf16<V>(pb + n, e, kExact);
@@ -147,15 +149,12 @@ struct SoftmaxGroup {
   // The rules before the exponentials: from the rows' step maxima tmax (lanes; times
   // max_scale when the maxima were taken on raw scores, else 1) and their running maxima m[i].
   // has_nan(i) says whether row i's live scores hold a NaN; asked only for a row whose new
-  // maximum is -inf. shift > 0 keeps each running maximum that far above the rows' scores
-  // (SoftmaxStep::shift).
+  // maximum is -inf.
   template <class HasNan>
-  void Rule(typename V::T tmax, float max_scale, const float* m, int rows, HasNan has_nan,
-            float shift = 0.f) {
+  void Rule(typename V::T tmax, float max_scale, const float* m, int rows, HasNan has_nan) {
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     g = rows;
     if (max_scale != 1.f) tmax = V::Mul(tmax, V::Set1(max_scale));
-    if (shift != 0.f) tmax = V::Add(tmax, V::Set1(shift));
     alignas(64) float t[W], mold[W];
     V::Store(t, tmax);
     for (int i = 0; i < g; ++i) {
@@ -217,11 +216,11 @@ struct SoftmaxStep {
   float* acc = nullptr;
   int64_t acc_stride = 0, ldv = 0;
   float* aux = nullptr;  // [rows] or null: one more per-row accumulator, rescaled like acc
-  // Added to the step maxima (scaled scores) before the rules, so a row's running maximum m
-  // stays `shift` above its largest score and every P is at most exp(-shift): the same state
-  // (m, l, acc scaled alike: acc / l and m + log l are unchanged) with the P V sums that much
-  // further from FLT_MAX. 0: the usual m = the largest score.
-  float shift = 0.f;
+  // Multiplies every P (and so l, acc and aux alike: acc / l is unchanged) after its exp: a
+  // power of two below 1 keeps the P V sums that much further from FLT_MAX
+  // (RunRerunningOverflow), 1 the usual P. P below FLT_MIN / pscale then lands subnormal; the
+  // bf16 store flushes it to 0 (the dot products would read it so), the exact exp keeps it.
+  float pscale = 1.f;
 
   // The rows' running state o, accumulators of ldv_ channels.
   void State(const RowStates& o, int64_t ldv_) {
@@ -252,8 +251,7 @@ inline void RunSoftmaxStep(const SoftmaxStep& st) {
                for (int64_t n = 0; n < st.nk; ++n)
                  if (std::isnan(s[n])) return true;
                return false;
-             },
-             st.shift);
+             });
     for (int i = 0; i < parts; ++i) {
       part[i] = V::Zero();
       if (i >= g) continue;
@@ -262,9 +260,10 @@ inline void RunSoftmaxStep(const SoftmaxStep& st) {
         SoftmaxRowZero(s, st.npad, st.store, r0 + i);
         continue;
       }
-      part[i] = st.exact ? SoftmaxRowExp<true>(s, st.npad, st.scale, grp.m_new[i], st.store, r0 + i)
+      part[i] = st.exact ? SoftmaxRowExp<true>(s, st.npad, st.scale, grp.m_new[i], st.store, r0 + i,
+                                               st.pscale)
                          : SoftmaxRowExp<false>(s, st.npad, st.scale, grp.m_new[i], st.store,
-                                                r0 + i);
+                                                r0 + i, st.pscale);
     }
     grp.Finish(SoftmaxReduceRows<V>(part, [](auto a, auto b) { return V::Add(a, b); }, four),
                st.m + r0, st.l + r0, st.acc ? st.acc + r0 * st.acc_stride : nullptr,
