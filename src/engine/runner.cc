@@ -233,6 +233,39 @@ class ItemRunner {
     }
   }
 
+  // Row r of `t` once more where its fp32 merge is not finite although every split's state is:
+  // the splits' sums near FLT_MAX (values near the fp32 / bf16 maximum) added past it. Then in
+  // double and normalized (acc / l, l = 1, m + log l: the same output and lse), as the kernels
+  // leave such a row of their own (RunRerunningOverflow).
+  void MergeOverflowed(const MergeTask& t, int64_t r, SoftmaxRow* st, float* acc) const {
+    const int64_t n = p_.d_v;
+    bool bad = false;
+    for (int64_t d = 0; d < n && !bad; ++d) bad = !std::isfinite(acc[d]);
+    if (!bad || !std::isfinite(st->m)) return;
+    for (int64_t s = 0; s < t.n_split; ++s) {
+      const int64_t sr = t.state0 + s * t.split_stride + r;
+      if (split_m_[sr] == -std::numeric_limits<float>::infinity()) continue;
+      if (!std::isfinite(split_l_[sr])) return;
+      const float* src = split_acc_ + sr * dv_pad_;
+      for (int64_t d = 0; d < n; ++d)
+        if (!std::isfinite(src[d])) return;
+    }
+    double l = 0.0;
+    std::vector<double> sum(static_cast<size_t>(n), 0.0);
+    for (int64_t s = 0; s < t.n_split; ++s) {
+      const int64_t sr = t.state0 + s * t.split_stride + r;
+      if (split_m_[sr] == -std::numeric_limits<float>::infinity()) continue;
+      const double ws = std::exp(static_cast<double>(split_m_[sr]) - st->m);
+      l += ws * split_l_[sr];
+      const float* src = split_acc_ + sr * dv_pad_;
+      for (int64_t d = 0; d < n; ++d) sum[d] += ws * src[d];
+    }
+    if (!(l > 0.0)) return;
+    for (int64_t d = 0; d < n; ++d) acc[d] = static_cast<float>(sum[d] / l);
+    st->m = static_cast<float>(st->m + std::log(l));
+    st->l = 1.f;
+  }
+
   // Merges the partial states of the rows of `t` and finishes them. Two passes per row: the
   // common max M over the non-empty splits, then l = sum w_s l_s and acc = sum w_s acc_s with
   // w_s = exp(m_s - M), both in split order 0, 1, ... (a fixed order of operations, so the result
@@ -264,6 +297,7 @@ class ItemRunner {
           if (ops_.axpy != nullptr) ops_.axpy(ws, src, dst, n);
           else for (int64_t d = 0; d < n; ++d) dst[d] += ws * src[d];
         }
+        if (!std::isnan(st.m)) MergeOverflowed(t, r, &st, acc.data());
       }
       const int64_t h = t.head_major ? t.h0 + r / t.nq : t.h0 + r % t.heads;
       const int64_t i = t.head_major ? t.i0 + r % t.nq : t.i0 + r / t.heads;

@@ -758,16 +758,20 @@ TEST(Engine, InfiniteValueMeetsATinyProbability) {
 }
 
 // Values whose fp32 P V sums pass FLT_MAX while their mean does not: zero queries give every
-// key the same score, and three keys hold 2e38 (bf16: 1.99e38) on one channel, so the fp32 sum
-// of the three is past FLT_MAX and the output, their sum over kv_len keys, an ordinary number.
-// The reference sums in double; the engine reruns such rows with its probabilities scaled by
-// 2^-64 (RunRerunningOverflow). A decode (the decode kernels, the tile loop forced) and a
-// prefill; bf16 not where the AMX table exists (its kernels keep the fp32 overflow,
-// docs/kernels.md).
+// key the same score, and three keys (the first, the middle, the last) hold 2e38 (bf16: 1.99e38)
+// on one channel, so the fp32 sum of the three is past FLT_MAX and the output, their sum over
+// kv_len keys, an ordinary number. The reference sums in double; the kernels rerun such rows with
+// their probabilities scaled by 2^-64 (RunRerunningOverflow), and the split-KV merge sums such
+// splits in double. A decode (the decode kernels, the tile loop forced), a prefill, and a long
+// decode whose plan splits the keys so that the three land in different splits; bf16 not where
+// the AMX table exists (its kernels keep the fp32 overflow, docs/kernels.md).
 TEST(Engine, ValueSumsPastFltMaxStayFinite) {
+  struct G {
+    int64_t q_len, kv;
+  };
   for (Elem e : {Elem::kF32, Elem::kBF16}) {
     if (e == Elem::kBF16 && TargetOps("amx") != nullptr) continue;
-    for (int64_t q_len : {1, 24}) {
+    for (const G g : {G{1, 300}, G{24, 300}, G{1, 4096}}) {
       CaseSpec s;
       s.qe = e;
       s.oe = Elem::kF32;
@@ -776,10 +780,20 @@ TEST(Engine, ValueSumsPastFltMaxStayFinite) {
       s.h_kv = 2;
       s.d_qk = s.d_v = 64;
       s.block = 32;
-      s.q_len = {q_len};
-      s.kv_len = {300};
-      s.seed = 70 + q_len;
-      RunCase(s, [](Case& c) {
+      s.q_len = {g.q_len};
+      s.kv_len = {g.kv};
+      s.seed = 70 + g.q_len + g.kv;
+      const std::vector<int64_t> big = {10, g.kv / 2, g.kv - 10};
+      if (g.kv > 300) {  // the merge's case: the big keys in three different splits
+        Case c(s);
+        std::vector<int64_t> at;
+        for (const WorkItem& w : MakePlan(c.problem()).items)
+          for (int64_t j : big)
+            if (w.hk == 0 && w.n_split > 1 && w.j0 <= j && j < w.j1) at.push_back(w.split);
+        ASSERT_EQ(at.size(), 3u);
+        ASSERT_TRUE(at[0] != at[1] && at[1] != at[2] && at[0] != at[2]);
+      }
+      RunCase(s, [&big](Case& c) {
         Problem& p = c.problem();
         const auto row = [&](const Operand& o, int64_t h, int64_t j, int64_t d) {
           return o.Offset(p.block_table[j / p.block_size], h, j % p.block_size, d);
@@ -792,7 +806,7 @@ TEST(Engine, ValueSumsPastFltMaxStayFinite) {
             for (int64_t d = 0; d < p.d_qk; ++d)
               set(p.q, p.q.Offset(0, h, p.q_begin[0] + i, d), 0.f);
         for (int64_t h = 0; h < p.h_kv; ++h)
-          for (int64_t j : {10, 150, 290}) set(p.v.cache, row(p.v.cache, h, j, 5), 2e38f);
+          for (int64_t j : big) set(p.v.cache, row(p.v.cache, h, j, 5), 2e38f);
       });
     }
   }
