@@ -994,5 +994,20 @@ TEST(Engine, SupportsIsHonest) {
   EXPECT_FALSE(EngineSupports(p, &why));
 }
 
+// A value head size of 0: every output row is empty, the lse as usual. Prefill over a paged
+// cache, so that the tile loop prefetches V's (empty) rows too; under UBSan in CI.
+TEST(Engine, ValueHeadSizeZero) {
+  CaseSpec s;
+  s.h_q = 4;
+  s.h_kv = 2;
+  s.d_qk = 32;
+  s.d_v = 0;
+  s.block = 16;
+  s.q_len = {20};
+  s.kv_len = {150};
+  s.seed = 91;
+  RunCase(s);
+}
+
 }  // namespace
 }  // namespace openfia::internal::testing

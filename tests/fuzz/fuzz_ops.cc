@@ -668,7 +668,8 @@ void ExpectAgree(const Outputs& eng, const Outputs& ref, double vmax) {
     const double scale = k == 0 ? vmax : 1.0;
     for (int64_t i = 0; i < ref[k].numel(); ++i) {
       const double e = eng[k].At(i), w = ref[k].At(i);
-      ASSERT_EQ(std::isnan(e), std::isnan(w)) << "output " << k << " element " << i;
+      ASSERT_EQ(std::isnan(e), std::isnan(w))
+          << "output " << k << " element " << i << ": engine " << e << ", reference " << w;
       if (std::isnan(w)) continue;
       if (std::isinf(w)) {
         ASSERT_EQ(e, w) << "output " << k << " element " << i;

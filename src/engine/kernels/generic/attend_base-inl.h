@@ -378,6 +378,7 @@ __attribute__((always_inline)) inline void PrefetchKeys(const Problem& p, const 
   const int64_t size = e == Elem::kF32 ? 4 : (e == Elem::kF16 || e == Elem::kBF16) ? 2 : 1;
   const bool i4 = e == Elem::kI4;  // two elements a byte
   const int64_t bytes = i4 ? (D + 1) / 2 : D * size;
+  if (bytes <= 0) return;  // no channels (a value head size of 0): no rows to touch
   const int64_t sh = kv.cache.Sh(w.b);
   const int64_t head_bytes = i4 ? sh / 2 : sh * size;
   // A key's own antiquant parameters (per token, or tile-quantized rows, whose scales sit beside
