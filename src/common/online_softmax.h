@@ -60,4 +60,19 @@ inline bool FinalizeSoftmax(const SoftmaxRow& r, float sink, RowFinal* f) {
   return true;
 }
 
+// A row state put back in range after its fp32 sums passed FLT_MAX: acc[d] = sum[d] / l in
+// double, l = 1 and m = lse (the m + log l of the state it replaces, in double): the same output
+// and lse, and a state the split-KV merge combines like any other. False, with nothing written,
+// where a quotient is not finite in fp32.
+template <class T>
+inline bool NormalizeRowState(const T* sum, double l, double lse, int64_t n, float* acc, float* m,
+                              float* l_out) {
+  for (int64_t d = 0; d < n; ++d)
+    if (!std::isfinite(static_cast<float>(static_cast<double>(sum[d]) / l))) return false;
+  for (int64_t d = 0; d < n; ++d) acc[d] = static_cast<float>(static_cast<double>(sum[d]) / l);
+  *m = static_cast<float>(lse);
+  *l_out = 1.f;
+  return true;
+}
+
 }  // namespace openfia::internal

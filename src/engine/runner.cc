@@ -260,10 +260,7 @@ class ItemRunner {
       const float* src = split_acc_ + sr * dv_pad_;
       for (int64_t d = 0; d < n; ++d) sum[d] += ws * src[d];
     }
-    if (!(l > 0.0)) return;
-    for (int64_t d = 0; d < n; ++d) acc[d] = static_cast<float>(sum[d] / l);
-    st->m = static_cast<float>(st->m + std::log(l));
-    st->l = 1.f;
+    if (l > 0.0) NormalizeRowState(sum.data(), l, st->m + std::log(l), n, acc, &st->m, &st->l);
   }
 
   // Merges the partial states of the rows of `t` and finishes them. Two passes per row: the
@@ -297,7 +294,7 @@ class ItemRunner {
           if (ops_.axpy != nullptr) ops_.axpy(ws, src, dst, n);
           else for (int64_t d = 0; d < n; ++d) dst[d] += ws * src[d];
         }
-        if (!std::isnan(st.m)) MergeOverflowed(t, r, &st, acc.data());
+        MergeOverflowed(t, r, &st, acc.data());
       }
       const int64_t h = t.head_major ? t.h0 + r / t.nq : t.h0 + r % t.heads;
       const int64_t i = t.head_major ? t.i0 + r % t.nq : t.i0 + r / t.heads;

@@ -248,8 +248,17 @@ void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t
   }
   const bool has_sink = p.sinks != nullptr;
   const double sink = has_sink ? static_cast<double>(p.sinks[h]) : 0.0;
-  double m = has_sink ? sink : -kInf;
+  double m = -kInf;
   for (double x : s) m = NanMax(m, x);
+  // Every score -inf (a pse of -inf, infinite keys): the row attends to nothing and is one
+  // without a visible key (0, lse +inf, sink or not), where exp(-inf - (-inf)) would be NaN;
+  // PyTorch's SDPA gives such a row 0 as well.
+  if (m == -kInf) {
+    o->assign(p.d_v, 0.0);
+    *lse = kInf;
+    return;
+  }
+  if (has_sink) m = NanMax(sink, m);
 
   // The sink's term of the denominator, exp(sink - m): exactly 1 when the sink is the maximum,
   // also for sink = +inf (the formula's limit: output 0, lse +inf); a NaN sink makes m and so the
@@ -301,6 +310,11 @@ void FullQuantRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int
   // m = max over all visible keys (NaN-propagating; a NaN can only come from pse).
   double m = -kInf;
   for (float x : s) m = NanMax(m, x);
+  if (m == -kInf) {  // every score -inf: no key attended (FloatRow)
+    o->assign(p.d_v, 0.0);
+    *lse = kInf;
+    return;
+  }
   const float m32 = static_cast<float>(m);
 
   double l = 0.0;  // sum of the fp16 E values

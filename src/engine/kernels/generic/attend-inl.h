@@ -319,18 +319,9 @@ inline void RunRerunningOverflow(const Problem& p, const RowStates& out, int64_t
     const float l = out.l[r];
     if (kbad[r] != 0.f && std::isfinite(out.m[r]) && std::isfinite(l) && l > 0.f &&
         !AnyNonFinite(a, 1, ld)) {
-      bool ok = true;
-      for (int64_t d = 0; d < ld; ++d) {
-        a[d] = static_cast<float>(static_cast<double>(a[d]) / l);
-        ok = ok && std::isfinite(a[d]);
-      }
-      if (ok) {
-        const double lse = static_cast<double>(out.m[r]) + std::log(static_cast<double>(l)) +
-                           64.0 * 0.69314718055994530942;  // log(l 2^64)
-        out.m[r] = static_cast<float>(lse);
-        out.l[r] = 1.f;
-        continue;
-      }
+      const double lse = static_cast<double>(out.m[r]) + std::log(static_cast<double>(l)) +
+                         64.0 * 0.69314718055994530942;  // log(l 2^64)
+      if (NormalizeRowState(a, l, lse, ld, a, &out.m[r], &out.l[r])) continue;
     }
     out.m[r] = km[r];
     out.l[r] = kl[r];

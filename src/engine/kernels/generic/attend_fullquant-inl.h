@@ -282,7 +282,8 @@ inline void FqRun(const Problem& p, const WorkItem& w, TileScratch& sc, const Ro
       }
       for (int64_t rr = 0; rr < hrows; ++rr) {
         int16_t* pr = sc.fq_p + rr * TN;
-        if (nan_row[rr] || row_out(rr, t)) {
+        // A row whose every score is -inf has no key to attend (docs/semantics.md 1.4).
+        if (nan_row[rr] || row_out(rr, t) || out.m[r0 + rr] == kNegInf) {
           for (int64_t n = 0; n < t.npad; ++n) pr[n] = 0;
           continue;
         }
@@ -310,7 +311,7 @@ inline void FqRun(const Problem& p, const WorkItem& w, TileScratch& sc, const Ro
         for (int64_t d = 0; d < Dv; ++d) a[d] = std::numeric_limits<float>::quiet_NaN();
         continue;
       }
-      if (out.m[r] == kNegInf) continue;  // no visible key: the epilogue writes 0 / +inf
+      if (out.m[r] == kNegInf) continue;  // no key attended: the epilogue writes 0 / +inf
       const double l = static_cast<double>(l24[rr]) * 0x1p-24;  // exact
       out.l[r] = static_cast<float>(l);
       const float l16 = F16Round(static_cast<float>(l));

@@ -1,11 +1,13 @@
 // openfia internal: what every kernel target shares besides the kernel interface: the constants
-// of the probability exponential and the band / mask visibility of an item's cells.
+// of the probability exponential and the band / mask visibility of an item's cells (and the
+// row-state rules of common/online_softmax.h).
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
+#include "common/online_softmax.h"
 #include "common/problem.h"
 #include "engine/kernel.h"
 
