@@ -249,7 +249,8 @@ TEST(DecodeBf16, QuantizedValueCorners) {
 // the worst-case rounding bounds RunCase allows quantized keys: an integer score path whose key
 // bias were off by one unit (x + 129 for x + 128) misses it by about half a score unit here.
 // 2 rows per KV head (bf16 products on staged keys) and 4 (VPDPBUSD where the CPU has it; VPMADDWD
-// on avx2), paged and contiguous, every target, 1 and 2 threads.
+// on avx2), paged and contiguous, head size 64 (int8) and 48 (int4: a last 16 channels), every
+// target, 1 and 2 threads.
 TEST(DecodeBf16, IntegerKeysExactScores) {
   for (const Elem ke : {Elem::kI8, Elem::kI4})
     for (const int64_t group : {2, 4})
@@ -259,7 +260,8 @@ TEST(DecodeBf16, IntegerKeysExactScores) {
         s.oe = Elem::kF32;
         s.h_q = 4 * group;
         s.h_kv = 4;
-        s.d_qk = s.d_v = 64;
+        s.d_qk = ke == Elem::kI4 ? 48 : 64;  // int4: a whole 32-channel block and a half one
+        s.d_v = 64;
         s.block = block;
         s.batch = 1;
         s.q_len = {1};

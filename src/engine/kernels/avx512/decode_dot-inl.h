@@ -232,9 +232,9 @@ inline void DotQk(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
 // Rows of 3 or more per KV head over int8 / int4 keys: S = Q K^T with integer products, four
 // query rows x 16 channels against a 128-bit broadcast of each key's 16 channels (64 byte
 // products per instruction, twice VDPBF16PS's). The keys enter as unsigned bytes u = x + c (int8:
-// x ^ 0x80, c = 128, flipped in the register after the broadcast load from the cache row, ~7%
-// faster in cache than a copy pass through a staging buffer; int4: the nibble x + 8, c = 8,
-// staged once per tile); each query row q (fp32, per-channel
+// x ^ 0x80, c = 128; int4: the nibble ^ 8 = x + 8, c = 8), made in registers after the broadcast
+// load from the cache row (a copy pass through a staging buffer ran ~8% slower in cache); each
+// query row q (fp32, per-channel
 // scales folded in) is sigma (256 qh + ql) with signed bytes qh, ql (15 bits of the row's largest
 // magnitude, as fine as the two bf16 terms it replaces), so
 //   q . x = sigma (256 (sum(qh u) - c sum(qh)) + (sum(ql u) - c sum(ql))),
@@ -242,12 +242,23 @@ inline void DotQk(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
 
 constexpr float kDotQMax = 32639.f;  // |256 qh + ql| <= 32639 keeps qh = (q + 128) >> 8 in int8
 
-// The pieces of a head's query rows (fp32 qf [Rp][D], Rp a multiple of 4) for keys staged with
-// bias c: qp [Rp / 4][D / 16][2][64] bytes, byte 4 (4 r + j) + i of piece p at chunk k = piece p
-// of row r's channel 16 k + 4 j + i; sigma[r], and corr[2 r + p] = c sum of piece p of the row.
-// False where a row's scale is not a finite normal number (the caller keeps the bf16 products).
+// Channels covered by the integer query pieces: int4 keys come as 16 packed bytes per 32 channels.
+inline int64_t DotIntChannels(DecFmt kf, int64_t D) {
+  return kf == DecFmt::kI4 ? (D + 31) / 32 * 32 : D;
+}
+
+// The pieces of a head's query rows (fp32 qf [Rp][D], Rp a multiple of 4) for keys of format kf
+// entering with bias c: qp [Rp / 4][Dc / 16][2][64] bytes (Dc = DotIntChannels), byte 4 (4 r + j)
+// + i of piece p at chunk k = piece p of row r's channel at position 4 j + i of chunk k: int8,
+// channel 16 k + 4 j + i; int4, per 32 channels 32 m the even ones (chunk 2 m: channel 32 m +
+// 2 (4 j + i)), then the odd ones (chunk 2 m + 1), as the packed nibbles split (zeros past D).
+// sigma[r], and corr[2 r + p] = c sum of piece p of the row. False where a row's scale is not a
+// finite normal number (the caller keeps the bf16 products).
+template <DecFmt kf>
 inline bool DotPackQueryInt(const float* qf, int64_t Rp, int64_t D, int32_t c, int8_t* qp,
                             float* sigma, int32_t* corr) {
+  const int64_t Dc = DotIntChannels(kf, D);
+  if (Dc != D) std::memset(qp, 0, static_cast<size_t>(2 * Rp * Dc));
   for (int64_t r = 0; r < Rp; ++r) {
     const float* q = qf + r * D;
     __m512 m = _mm512_setzero_ps();
@@ -257,14 +268,17 @@ inline bool DotPackQueryInt(const float* qf, int64_t Rp, int64_t D, int32_t c, i
     if (!(std::isfinite(inv) && (inv == 0.f || inv >= std::numeric_limits<float>::min())))
       return false;
     sigma[r] = mx > 0.f ? mx / kDotQMax : 0.f;
-    int8_t* g = qp + (r / 4) * D * 8 + (r % 4) * 16;
+    int8_t* g = qp + (r / 4) * Dc * 8 + (r % 4) * 16;
     int32_t sh = 0, sl = 0;
     for (int64_t d = 0; d < D; ++d) {
       const int32_t v = static_cast<int32_t>(std::nearbyint(q[d] * inv));
       const int32_t hi = (v + 128) >> 8, lo = v - 256 * hi;
       sh += hi;
       sl += lo;
-      int8_t* at = g + (d / 16) * 128 + (d % 16);  // lane 4 r + j, byte i: channel 4 j + i
+      constexpr bool nib = kf == DecFmt::kI4;
+      const int64_t chunk = nib ? 2 * (d / 32) + d % 2 : d / 16;
+      const int64_t pos = nib ? (d % 32) / 2 : d % 16;
+      int8_t* at = g + chunk * 128 + pos;  // lane 4 r + j, byte i: position 4 j + i
       at[0] = static_cast<int8_t>(hi);
       at[64] = static_cast<int8_t>(lo);
     }
@@ -274,18 +288,16 @@ inline bool DotPackQueryInt(const float* qf, int64_t Rp, int64_t D, int32_t c, i
   return true;
 }
 
-// Byte rows stage[n * ld] (D bytes) of the int4 rows rows[n] + x * step[n]: unsigned u = x + 8
-// (nibble ^ 8) for the integer score products, or with sign the signed integers x ((nibble ^ 8)
-// - 8) for P V.
+// Byte rows stage[n * ld] (D bytes) of the int4 value rows rows[n] + x * step[n]: the signed
+// integers x = (nibble ^ 8) - 8, for P V.
 inline void DotStageBytes(const char* const* rows, const int64_t* step, int64_t x, int64_t nk,
-                          int64_t D, uint8_t* stage, int64_t ld, bool sign = false) {
+                          int64_t D, uint8_t* stage, int64_t ld) {
   for (int64_t n = 0; n < nk; ++n) {
     const char* src = rows[n] + x * step[n];
     uint8_t* dst = stage + n * ld;
     // Two's complement nibbles, channel 2 i in the low half of byte i.
     const __m512i lo4 = _mm512_set1_epi8(0x0F), f8 = _mm512_set1_epi8(0x08);
-    const __m512i c = sign ? f8 : _mm512_setzero_si512();
-    const auto conv = [&](__m512i nib) { return _mm512_sub_epi8(_mm512_xor_si512(nib, f8), c); };
+    const auto conv = [&](__m512i nib) { return _mm512_sub_epi8(_mm512_xor_si512(nib, f8), f8); };
     const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
     const __m512i i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
     int64_t d = 0;
@@ -313,25 +325,51 @@ inline void DotStageBytes(const char* const* rows, const int64_t* step, int64_t 
   }
 }
 
-// Four keys k4 against a group of 4 rows' pieces qg: block r of the result = row r's
-// 256 (sum(qh u) - ch) + (sum(ql u) - cl) for the 4 keys (ch, cl: lanes 4 r + k the row's corr);
-// the key bytes are u (staged), or with kFlip the int8 x whose flip x ^ 0x80 is u.
-template <bool kFlip>
-__attribute__((always_inline)) inline __m512 DotQkInt4(const int8_t* qg, const uint8_t* const* k4,
+// Four key rows k4 (format F, straight from the cache) against a group of 4 rows' pieces qg:
+// block r of the result = row r's 256 (sum(qh u) - ch) + (sum(ql u) - cl) for the 4 keys (ch, cl:
+// lanes 4 r + k the row's corr). int8: each 16 channels broadcast and flipped to u = x ^ 0x80;
+// int4: each 16 bytes (32 channels; 8 for a last 16) broadcast and split into the even and the
+// odd channels' u = nibble ^ 8 (one VPTERNLOGD each).
+template <DecFmt F>
+__attribute__((always_inline)) inline __m512 DotQkInt4(const int8_t* qg, const char* const* k4,
                                                        int64_t D, __m512i ch, __m512i cl) {
   __m512i h[4], l[4];
   OPENFIA_UNROLL
   for (int k = 0; k < 4; ++k) h[k] = l[k] = _mm512_setzero_si512();
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t c = 0; c < D / 16; ++c) {
-    const __m512i qh = _mm512_loadu_si512(qg + c * 128), ql = _mm512_loadu_si512(qg + c * 128 + 64);
-    OPENFIA_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      __m512i kb = _mm512_broadcast_i32x4(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(k4[k] + 16 * c)));
-      if constexpr (kFlip) kb = _mm512_xor_si512(kb, flip);
-      h[k] = DpBusd(h[k], kb, qh);
-      l[k] = DpBusd(l[k], kb, ql);
+  const auto q = [qg](int64_t chunk, int p) { return _mm512_loadu_si512(qg + chunk * 128 + 64 * p); };
+  if constexpr (F == DecFmt::kI8) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t c = 0; c < D / 16; ++c) {
+      const __m512i qh = q(c, 0), ql = q(c, 1);
+      OPENFIA_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const __m512i kb = _mm512_xor_si512(
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k4[k] + 16 * c))),
+            flip);
+        h[k] = DpBusd(h[k], kb, qh);
+        l[k] = DpBusd(l[k], kb, ql);
+      }
+    }
+  } else {
+    const __m512i x8 = _mm512_set1_epi8(0x08), lo4 = _mm512_set1_epi8(0x0F);
+    for (int64_t m = 0; 32 * m < D; ++m) {
+      const __m512i qh0 = q(2 * m, 0), ql0 = q(2 * m, 1), qh1 = q(2 * m + 1, 0), ql1 = q(2 * m + 1, 1);
+      const bool whole = 32 * m + 32 <= D;
+      OPENFIA_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const char* at = k4[k] + 16 * m;
+        const __m128i b = whole ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(at))
+                                : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at));
+        const __m512i kb = _mm512_broadcast_i32x4(b);
+        // (a ^ 8) & 15 per byte (VPTERNLOGD 0x28: (A ^ B) & C); the odd channels after a shift
+        // by 4 within each 16-bit word (the neighbour's bits it brings in are masked off).
+        const __m512i ev = _mm512_ternarylogic_epi32(kb, x8, lo4, 0x28);
+        const __m512i od = _mm512_ternarylogic_epi32(_mm512_srli_epi16(kb, 4), x8, lo4, 0x28);
+        h[k] = DpBusd(h[k], ev, qh0);
+        l[k] = DpBusd(l[k], ev, ql0);
+        h[k] = DpBusd(h[k], od, qh1);
+        l[k] = DpBusd(l[k], od, ql1);
+      }
     }
   }
   // Lane 4 r + j: row r's partial sum over quad j; sum the quads (integers, exact).
@@ -348,14 +386,14 @@ __attribute__((always_inline)) inline __m512 DotQkInt4(const int8_t* qg, const u
                          _mm512_set1_ps(256.f), _mm512_cvtepi32_ps(_mm512_sub_epi32(reduce(l), cl)));
 }
 
-// S[r][n] = q_r . x_n for the R (>= 3) rows of a head and keys n < nk (kr: rows of u8, or with
-// kFlip of int8 x): the pieces qp, sigma and corr of DotPackQueryInt.
-template <bool kFlip>
+// S[r][n] = q_r . x_n for the R (>= 3) rows of a head and keys n < nk (kr: the rows of format F
+// in the cache): the pieces qp, sigma and corr of DotPackQueryInt.
+template <DecFmt F>
 inline void DotQkInt(const DecItem& it, const int8_t* qp, const float* sigma, const int32_t* corr,
-                     const uint8_t* const* kr, int64_t nk, float* S, DecPrefetch& pf) {
+                     const char* const* kr, int64_t nk, float* S, DecPrefetch& pf) {
   const int64_t D = it.D, R = it.R, TNk = kTileKeys;
   for (int64_t g = 0; 4 * g < R; ++g) {
-    const int8_t* qg = qp + g * D * 8;
+    const int8_t* qg = qp + g * DotIntChannels(F, D) * 8;
     const int64_t rows = std::min<int64_t>(4, R - 4 * g);
     const int32_t* cg = corr + 8 * g;  // rows 4 g .. 4 g + 3 (pad rows: 0)
     const __m512i ch = _mm512_set_epi32(cg[6], cg[6], cg[6], cg[6], cg[4], cg[4], cg[4], cg[4],
@@ -367,9 +405,9 @@ inline void DotQkInt(const DecItem& it, const int8_t* qp, const float* sigma, co
       OPENFIA_UNROLL
       for (int i = 0; i < 4; ++i) {
         pf.Tick();
-        const uint8_t* k4[4];
+        const char* k4[4];
         for (int k = 0; k < 4; ++k) k4[k] = kr[std::min<int64_t>(n0 + 4 * i + k, nk - 1)];
-        out[i] = DotQkInt4<kFlip>(qg, k4, D, ch, cl);
+        out[i] = DotQkInt4<F>(qg, k4, D, ch, cl);
       }
       __m512 row[4];
       DotRowsOfFours(out, row);
@@ -630,27 +668,23 @@ inline void DotPvInt(const DecItem& it, const int16_t* p, const float* sigma,
 // Three or more rows fill the integer scores' 4-row groups well enough.
 inline bool DecIntScoresFit(const DecItem& it) { return it.dot_qk && it.R >= 3; }
 inline bool DecIntValuesFit(const DecItem& it) { return it.dot_pv; }
-inline int64_t DecIntQueryBytes(int64_t Rp, int64_t D) { return 2 * Rp * D; }
+inline int64_t DecIntQueryBytes(int64_t Rp, int64_t D) {
+  return 2 * Rp * DotIntChannels(DecFmt::kI4, D);  // the larger of the two formats' packs
+}
 inline bool DecIntQuery(DecFmt kf, const float* qf, int64_t Rp, int64_t D, void* qp,
                         float* sigma, int32_t* corr) {
-  const int32_t c = kf == DecFmt::kI8 ? 128 : 8;  // the staged keys' bias
-  return DotPackQueryInt(qf, Rp, D, c, static_cast<int8_t*>(qp), sigma, corr);
+  int8_t* q = static_cast<int8_t*>(qp);  // the keys' bias as they enter the products: 128, 8
+  return kf == DecFmt::kI8 ? DotPackQueryInt<DecFmt::kI8>(qf, Rp, D, 128, q, sigma, corr)
+                           : DotPackQueryInt<DecFmt::kI4>(qf, Rp, D, 8, q, sigma, corr);
 }
-// int8 keys straight from the cache (flipped to u = x + 128 in the register), int4 keys staged as
-// unsigned bytes in stage (TN x D bytes), then VPDPBUSD.
+// The key rows straight from the cache into VPDPBUSD (DotQkInt4 brings them to u in registers).
 inline void DecIntQk(const DecItem& it, const void* qp, const float* sigma, const int32_t* corr,
-                     const DecTileRows& t, int64_t x, float* S, DecPrefetch& pf, void* stage) {
-  const uint8_t* kr[kTileKeys];
-  if (it.ks.fmt == DecFmt::kI8) {
-    for (int64_t n = 0; n < t.nk; ++n)
-      kr[n] = reinterpret_cast<const uint8_t*>(t.k[n] + x * t.kstep[n]);
-    DotQkInt<true>(it, static_cast<const int8_t*>(qp), sigma, corr, kr, t.nk, S, pf);
-    return;
-  }
-  uint8_t* st = static_cast<uint8_t*>(stage);
-  DotStageBytes(t.k, t.kstep, x, t.nk, it.D, st, it.D);
-  for (int64_t n = 0; n < t.nk; ++n) kr[n] = st + n * it.D;
-  DotQkInt<false>(it, static_cast<const int8_t*>(qp), sigma, corr, kr, t.nk, S, pf);
+                     const DecTileRows& t, int64_t x, float* S, DecPrefetch& pf, void*) {
+  const char* kr[kTileKeys];
+  for (int64_t n = 0; n < t.nk; ++n) kr[n] = t.k[n] + x * t.kstep[n];
+  const int8_t* q = static_cast<const int8_t*>(qp);
+  if (it.ks.fmt == DecFmt::kI8) DotQkInt<DecFmt::kI8>(it, q, sigma, corr, kr, t.nk, S, pf);
+  else DotQkInt<DecFmt::kI4>(it, q, sigma, corr, kr, t.nk, S, pf);
 }
 // int4 values sign-extended into int8 rows in stage (TN x Dv bytes), then VPDPWSSD; the
 // accumulators in the P V order.
@@ -659,7 +693,7 @@ inline void DecIntPv(const DecItem& it, const int16_t* p, const float* sigma, co
   const int8_t* vr[kTileKeys + 1];
   if (it.vs.fmt == DecFmt::kI4) {
     uint8_t* st8 = static_cast<uint8_t*>(stage);
-    DotStageBytes(t.v, t.vstep, x, t.nk, it.Dv, st8, it.Dv, true);
+    DotStageBytes(t.v, t.vstep, x, t.nk, it.Dv, st8, it.Dv);
     for (int64_t n = 0; n < t.nk; ++n) vr[n] = reinterpret_cast<const int8_t*>(st8 + n * it.Dv);
   } else {
     for (int64_t n = 0; n < t.nk; ++n)
