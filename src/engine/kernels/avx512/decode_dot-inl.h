@@ -258,7 +258,9 @@ template <DecFmt kf>
 inline bool DotPackQueryInt(const float* qf, int64_t Rp, int64_t D, int32_t c, int8_t* qp,
                             float* sigma, int32_t* corr) {
   const int64_t Dc = DotIntChannels(kf, D);
-  if (Dc != D) std::memset(qp, 0, static_cast<size_t>(2 * Rp * Dc));
+  // Channels 0, 2, ..., 30 / 1, 3, ..., 31 of two vectors of 16.
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   for (int64_t r = 0; r < Rp; ++r) {
     const float* q = qf + r * D;
     __m512 m = _mm512_setzero_ps();
@@ -269,19 +271,30 @@ inline bool DotPackQueryInt(const float* qf, int64_t Rp, int64_t D, int32_t c, i
       return false;
     sigma[r] = mx > 0.f ? mx / kDotQMax : 0.f;
     int8_t* g = qp + (r / 4) * Dc * 8 + (r % 4) * 16;
-    int32_t sh = 0, sl = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      const int32_t v = static_cast<int32_t>(std::nearbyint(q[d] * inv));
-      const int32_t hi = (v + 128) >> 8, lo = v - 256 * hi;
-      sh += hi;
-      sl += lo;
-      constexpr bool nib = kf == DecFmt::kI4;
-      const int64_t chunk = nib ? 2 * (d / 32) + d % 2 : d / 16;
-      const int64_t pos = nib ? (d % 32) / 2 : d % 16;
-      int8_t* at = g + chunk * 128 + pos;  // lane 4 r + j, byte i: position 4 j + i
-      at[0] = static_cast<int8_t>(hi);
-      at[64] = static_cast<int8_t>(lo);
+    const __m512 vinv = _mm512_set1_ps(inv);
+    __m512i vh = _mm512_setzero_si512(), vl = _mm512_setzero_si512();
+    // 16 channels into positions 0..15 of a chunk (lane 4 r + j, byte i: position 4 j + i): v =
+    // round(q inv) (to nearest even, the MXCSR default), hi = (v + 128) >> 8, lo = v - 256 hi.
+    const auto put = [&](__m512 x, int64_t chunk) {
+      const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(x, vinv));
+      const __m512i hi = _mm512_srai_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(128)), 8);
+      const __m512i lo = _mm512_sub_epi32(v, _mm512_slli_epi32(hi, 8));
+      vh = _mm512_add_epi32(vh, hi);
+      vl = _mm512_add_epi32(vl, lo);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(g + chunk * 128), _mm512_cvtepi32_epi8(hi));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(g + chunk * 128 + 64), _mm512_cvtepi32_epi8(lo));
+    };
+    if constexpr (kf == DecFmt::kI4) {  // a last 16 channels: zeros in the odd half
+      for (int64_t d = 0; d < D; d += 32) {
+        const __m512 a = _mm512_loadu_ps(q + d);
+        const __m512 b = d + 32 <= D ? _mm512_loadu_ps(q + d + 16) : _mm512_setzero_ps();
+        put(_mm512_permutex2var_ps(a, even, b), 2 * (d / 32));
+        put(_mm512_permutex2var_ps(a, odd, b), 2 * (d / 32) + 1);
+      }
+    } else {
+      for (int64_t d = 0; d < D; d += 16) put(_mm512_loadu_ps(q + d), d / 16);
     }
+    const int32_t sh = _mm512_reduce_add_epi32(vh), sl = _mm512_reduce_add_epi32(vl);
     corr[2 * r] = c * sh;
     corr[2 * r + 1] = c * sl;
   }
