@@ -217,7 +217,7 @@ inline void DecIntQkFmt(const DecItem& it, const int16_t* qp, const float* sigma
     DecIntQkRows<F, 4, 2>(it, qp, sigma, corr, t, x, r0, S, pf);
 }
 inline void DecIntQk(const DecItem& it, const void* qp, const float* sigma, const int32_t* corr,
-                     const DecTileRows& t, int64_t x, float* S, DecPrefetch& pf, void*) {
+                     const DecTileRows& t, int64_t x, float* S, DecPrefetch& pf) {
   const int16_t* q = static_cast<const int16_t*>(qp);
   if (it.ks.fmt == DecFmt::kI8) DecIntQkFmt<DecFmt::kI8>(it, q, sigma, corr, t, x, S, pf);
   else DecIntQkFmt<DecFmt::kI4>(it, q, sigma, corr, t, x, S, pf);
@@ -366,7 +366,7 @@ inline void DecIntPvFmt(const DecItem& it, const int16_t* p, const float* sigma,
 // acc (the R rows of head x, channel order) += sigma P V over the tile's keys: p int16 [R][TN]
 // (DecIntQuantP), the value rows straight from the cache.
 inline void DecIntPv(const DecItem& it, const int16_t* p, const float* sigma, const DecTileRows& t,
-                     int64_t x, float* acc, int64_t lda, DecPrefetch& pf, void*) {
+                     int64_t x, float* acc, int64_t lda, DecPrefetch& pf) {
   const char* vr[kTileKeys + 1];
   for (int64_t n = 0; n < t.nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
   vr[t.nk] = reinterpret_cast<const char*>(kDecZeroRow);

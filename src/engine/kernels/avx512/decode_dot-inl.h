@@ -301,43 +301,6 @@ inline bool DotPackQueryInt(const float* qf, int64_t Rp, int64_t D, int32_t c, i
   return true;
 }
 
-// Byte rows stage[n * ld] (D bytes) of the int4 value rows rows[n] + x * step[n]: the signed
-// integers x = (nibble ^ 8) - 8, for P V.
-inline void DotStageBytes(const char* const* rows, const int64_t* step, int64_t x, int64_t nk,
-                          int64_t D, uint8_t* stage, int64_t ld) {
-  for (int64_t n = 0; n < nk; ++n) {
-    const char* src = rows[n] + x * step[n];
-    uint8_t* dst = stage + n * ld;
-    // Two's complement nibbles, channel 2 i in the low half of byte i.
-    const __m512i lo4 = _mm512_set1_epi8(0x0F), f8 = _mm512_set1_epi8(0x08);
-    const auto conv = [&](__m512i nib) { return _mm512_sub_epi8(_mm512_xor_si512(nib, f8), f8); };
-    const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-    const __m512i i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
-    int64_t d = 0;
-    for (; d + 128 <= D; d += 128) {
-      const __m512i b = _mm512_loadu_si512(src + d / 2);
-      const __m512i l = conv(_mm512_and_si512(b, lo4));
-      const __m512i h = conv(_mm512_and_si512(_mm512_srli_epi16(b, 4), lo4));
-      // in each 128-bit lane: unpacklo = channels 32 l .. 32 l + 15, unpackhi = the next 16
-      const __m512i u0 = _mm512_unpacklo_epi8(l, h), u1 = _mm512_unpackhi_epi8(l, h);
-      _mm512_storeu_si512(dst + d, _mm512_permutex2var_epi64(u0, i0, u1));
-      _mm512_storeu_si512(dst + d + 64, _mm512_permutex2var_epi64(u0, i1, u1));
-    }
-    for (; d < D; d += 32) {  // 32 or a last 16 channels
-      const int64_t nb = std::min<int64_t>(16, (D - d) / 2);
-      const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nb) - 1), src + d / 2);
-      const __m512i w = conv(_mm512_and_si512(
-          _mm512_castsi128_si512(b), lo4));  // low nibbles in bytes 0..15
-      const __m512i v = conv(_mm512_and_si512(
-          _mm512_castsi128_si512(_mm_srli_epi16(b, 4)), lo4));
-      const __m128i l = _mm512_castsi512_si128(w), h = _mm512_castsi512_si128(v);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d), _mm_unpacklo_epi8(l, h));
-      if (nb == 16)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d + 16), _mm_unpackhi_epi8(l, h));
-    }
-  }
-}
-
 // Four key rows k4 (format F, straight from the cache) against a group of 4 rows' pieces qg:
 // block r of the result = row r's 256 (sum(qh u) - ch) + (sum(ql u) - cl) for the 4 keys (ch, cl:
 // lanes 4 r + k the row's corr). int8: each 16 channels broadcast and flipped to u = x ^ 0x80;
@@ -585,11 +548,26 @@ inline bool DecIntQuantP(const float* P, const float* s, const float* o, int64_t
   return true;
 }
 
+// The 32 channels [c, c + 32) of a packed int4 row (16 bytes; kHalf: [c, c + 16) from 8 bytes,
+// zeros after) as int16 in channel order: each byte widened to 32 bits, its two nibbles moved to
+// the top of the two 16-bit halves (one VPTERNLOGD), sign-extended by an arithmetic shift.
+template <bool kHalf>
+__attribute__((always_inline)) inline __m512i DotI4Words(const int8_t* row, int64_t c) {
+  const __m128i b = kHalf ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c / 2))
+                          : _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c / 2));
+  const __m512i w = _mm512_cvtepu8_epi32(b);
+  // (A | B) & C: A = w << 12 holds the low nibble at bits 12-15, B = w << 24 the high one at 28-31.
+  const __m512i t = _mm512_ternarylogic_epi32(_mm512_slli_epi32(w, 12), _mm512_slli_epi32(w, 24),
+                                              _mm512_set1_epi32(static_cast<int>(0xF000F000u)),
+                                              0xA8);
+  return _mm512_srai_epi16(t, 12);
+}
+
 // acc rows [r0, r0 + RB) += sigma_r sum_n p[r][n] x[n] for NC channels from c0 over the keys
 // [0, nk) of a tile, in the P V order of DotPvBlock (NC = 16: channel order): p int16 [R][TN] (0
-// past nk), int8 value rows vr[0, nk] (vr[nk]: a zero row). The int32 sums stay in registers for
-// the whole tile; a prefetch tick every kDotPvRun keys.
-template <int RB, int NC>
+// past nk), int8 value rows vr[0, nk] (kNib: packed int4 rows, DotI4Words; vr[nk]: a zero row).
+// The int32 sums stay in registers for the whole tile; a prefetch tick every kDotPvRun keys.
+template <int RB, int NC, bool kNib>
 __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64_t r0,
                                                          const int8_t* const* vr, int64_t nk,
                                                          int64_t c0, const float* sigma,
@@ -607,17 +585,18 @@ __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64
   for (int64_t n = 0; n < nk; n += 2) {
     if (n % kDotPvRun == 0) pf.Tick();
     __m512i pv[NA];
+    // 32 channels from c of value row v as int16 (NC = 16: 16, zeros after).
+    const auto words = [](const int8_t* v, int64_t c) {
+      if constexpr (kNib) return DotI4Words<NC == 16>(v, c);
+      else if constexpr (NC == 16) return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(0xFFFFu, v + c));
+      else return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + c)));
+    };
     if constexpr (NC == 16) {
-      const __m512i v0 = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(0xFFFFu, vr[n] + c0));
-      const __m512i v1 = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(0xFFFFu, vr[n + 1] + c0));
-      pv[0] = _mm512_permutex2var_epi16(v0, idx, v1);
+      pv[0] = _mm512_permutex2var_epi16(words(vr[n], c0), idx, words(vr[n + 1], c0));
     } else {
       OPENFIA_UNROLL
       for (int j = 0; j < NA; j += 2) {
-        const __m512i v0 = _mm512_cvtepi8_epi16(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr[n] + c0 + 16 * j)));
-        const __m512i v1 = _mm512_cvtepi8_epi16(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr[n + 1] + c0 + 16 * j)));
+        const __m512i v0 = words(vr[n], c0 + 16 * j), v1 = words(vr[n + 1], c0 + 16 * j);
         pv[j] = _mm512_unpacklo_epi16(v0, v1);
         pv[j + 1] = _mm512_unpackhi_epi16(v0, v1);
       }
@@ -642,36 +621,38 @@ __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64
   }
 }
 
-template <int RB>
+template <int RB, bool kNib>
 inline void DotPvIntRows(const int16_t* p, int64_t r0, const int8_t* const* vr, int64_t nk,
                          int64_t Dv, const float* sigma, float* acc, int64_t lda,
                          DecPrefetch& pf) {
   int64_t c0 = 0;
   if constexpr (RB <= 4)
-    for (; c0 + 64 <= Dv; c0 += 64) DotPvIntBlock<RB, 64>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
-  for (; c0 + 32 <= Dv; c0 += 32) DotPvIntBlock<RB, 32>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
-  if (c0 < Dv) DotPvIntBlock<RB, 16>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
+    for (; c0 + 64 <= Dv; c0 += 64)
+      DotPvIntBlock<RB, 64, kNib>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
+  for (; c0 + 32 <= Dv; c0 += 32) DotPvIntBlock<RB, 32, kNib>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
+  if (c0 < Dv) DotPvIntBlock<RB, 16, kNib>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
 }
 
 // acc (the R rows of a head, in the P V order) += sigma P V over keys [0, nk): p int16 [R][TN]
 // (DecIntQuantP), int8 value rows vr[0, nk] (vr[nk]: a zero row).
+template <bool kNib>
 inline void DotPvInt(const DecItem& it, const int16_t* p, const float* sigma,
                      const int8_t* const* vr, int64_t nk, float* acc, int64_t lda,
                      DecPrefetch& pf) {
   int64_t r0 = 0;
   const int64_t Dv = it.Dv;
-  for (; r0 + 8 <= it.R; r0 += 8) DotPvIntRows<8>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
+  for (; r0 + 8 <= it.R; r0 += 8) DotPvIntRows<8, kNib>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
   switch (it.R - r0) {
-    case 1: DotPvIntRows<1>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
-    case 2: DotPvIntRows<2>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
-    case 3: DotPvIntRows<3>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
-    case 4: DotPvIntRows<4>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
-    case 5: DotPvIntRows<4>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
-            DotPvIntRows<1>(p, r0 + 4, vr, nk, Dv, sigma, acc, lda, pf); break;
-    case 6: DotPvIntRows<4>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
-            DotPvIntRows<2>(p, r0 + 4, vr, nk, Dv, sigma, acc, lda, pf); break;
-    case 7: DotPvIntRows<4>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
-            DotPvIntRows<3>(p, r0 + 4, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 1: DotPvIntRows<1, kNib>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 2: DotPvIntRows<2, kNib>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 3: DotPvIntRows<3, kNib>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 4: DotPvIntRows<4, kNib>(p, r0, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 5: DotPvIntRows<4, kNib>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
+            DotPvIntRows<1, kNib>(p, r0 + 4, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 6: DotPvIntRows<4, kNib>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
+            DotPvIntRows<2, kNib>(p, r0 + 4, vr, nk, Dv, sigma, acc, lda, pf); break;
+    case 7: DotPvIntRows<4, kNib>(p, r0, vr, nk, Dv, sigma, acc, lda, pf);
+            DotPvIntRows<3, kNib>(p, r0 + 4, vr, nk, Dv, sigma, acc, lda, pf); break;
     default: break;
   }
 }
@@ -692,26 +673,21 @@ inline bool DecIntQuery(DecFmt kf, const float* qf, int64_t Rp, int64_t D, void*
 }
 // The key rows straight from the cache into VPDPBUSD (DotQkInt4 brings them to u in registers).
 inline void DecIntQk(const DecItem& it, const void* qp, const float* sigma, const int32_t* corr,
-                     const DecTileRows& t, int64_t x, float* S, DecPrefetch& pf, void*) {
+                     const DecTileRows& t, int64_t x, float* S, DecPrefetch& pf) {
   const char* kr[kTileKeys];
   for (int64_t n = 0; n < t.nk; ++n) kr[n] = t.k[n] + x * t.kstep[n];
   const int8_t* q = static_cast<const int8_t*>(qp);
   if (it.ks.fmt == DecFmt::kI8) DotQkInt<DecFmt::kI8>(it, q, sigma, corr, kr, t.nk, S, pf);
   else DotQkInt<DecFmt::kI4>(it, q, sigma, corr, kr, t.nk, S, pf);
 }
-// int4 values sign-extended into int8 rows in stage (TN x Dv bytes), then VPDPWSSD; the
-// accumulators in the P V order.
+// The value rows straight from the cache (int4 widened in registers, DotI4Words), then
+// VPDPWSSD; the accumulators in the P V order.
 inline void DecIntPv(const DecItem& it, const int16_t* p, const float* sigma, const DecTileRows& t,
-                     int64_t x, float* acc, int64_t lda, DecPrefetch& pf, void* stage) {
+                     int64_t x, float* acc, int64_t lda, DecPrefetch& pf) {
   const int8_t* vr[kTileKeys + 1];
-  if (it.vs.fmt == DecFmt::kI4) {
-    uint8_t* st8 = static_cast<uint8_t*>(stage);
-    DotStageBytes(t.v, t.vstep, x, t.nk, it.Dv, st8, it.Dv);
-    for (int64_t n = 0; n < t.nk; ++n) vr[n] = reinterpret_cast<const int8_t*>(st8 + n * it.Dv);
-  } else {
-    for (int64_t n = 0; n < t.nk; ++n)
-      vr[n] = reinterpret_cast<const int8_t*>(t.v[n] + x * t.vstep[n]);
-  }
+  for (int64_t n = 0; n < t.nk; ++n)
+    vr[n] = reinterpret_cast<const int8_t*>(t.v[n] + x * t.vstep[n]);
   vr[t.nk] = reinterpret_cast<const int8_t*>(kDecZeroRow);
-  DotPvInt(it, p, sigma, vr, t.nk, acc, lda, pf);
+  if (it.vs.fmt == DecFmt::kI4) DotPvInt<true>(it, p, sigma, vr, t.nk, acc, lda, pf);
+  else DotPvInt<false>(it, p, sigma, vr, t.nk, acc, lda, pf);
 }

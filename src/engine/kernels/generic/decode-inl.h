@@ -51,9 +51,9 @@
 //                                              (the first before the query rows are read)
 //   DecIntQueryBytes(Rp, D)                    bytes of one head's integer query rows
 //   DecIntQuery(kf, qf, Rp, D, qp, sigma, corr)  those rows (false: keep the other products)
-//   DecIntQk(it, qp, sigma, corr, t, x, S, pf, stage)   S = Q K^T of head x
-//   DecIntQuantP(P, s, o, npad, p, sigma, sum)          a row's P' as 15-bit integers
-//   DecIntPv(it, p, sigma, t, x, acc, lda, pf, stage)   acc += sigma P V of head x
+//   DecIntQk(it, qp, sigma, corr, t, x, S, pf)   S = Q K^T of head x
+//   DecIntQuantP(P, s, o, npad, p, sigma, sum)   a row's P' as 15-bit integers
+//   DecIntPv(it, p, sigma, t, x, acc, lda, pf)   acc += sigma P V of head x
 #if defined(OPENFIA_DECODE_DOT) || defined(OPENFIA_DECODE_INT)
 #define OPENFIA_DECODE_INTS 1
 #endif
@@ -323,8 +323,7 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
       // S = Q K^T, then the per-key or per-channel K parameters.
 #if defined(OPENFIA_DECODE_INTS)
       if (it.int_qk) {
-        DecIntQk(it, qint + x * qint_bytes, sc.qsig + x * Rp, sc.qcorr + x * 2 * Rp, t, x, S, pf,
-                 sc.kstage);
+        DecIntQk(it, qint + x * qint_bytes, sc.qsig + x * Rp, sc.qcorr + x * 2 * Rp, t, x, S, pf);
       } else
 #endif
 #if defined(OPENFIA_DECODE_DOT)
@@ -425,7 +424,7 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
           // The offsets' sum sum_n P' o (per token), or sum(P) (per channel).
           if (v_aux)
             for (int64_t r = 0; r < R; ++r) ax[r] += psum[r];
-          DecIntPv(it, p16, sig, t, x, o.acc, o.acc_stride, pf, sc.vstage);
+          DecIntPv(it, p16, sig, t, x, o.acc, o.acc_stride, pf);
         } else {  // a P' that is not finite or too small for the integer form
           in_channel_order(o, fma_pv);
         }

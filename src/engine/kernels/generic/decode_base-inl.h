@@ -83,12 +83,12 @@ inline int64_t DecRowsPad(int64_t R) { return R <= 2 ? R : (R + 3) / 4 * 4; }
 
 // The decode kernels' scratch (Kernel::scratch), in floats: query rows [rows][D] (fp32) and their
 // two bf16 packs [2][rows][D / 2], with rows = MaxItemRows(p) >= n_hk * DecRowsPad(R); scores and
-// fp32 P of one head [2][16][TN], P' as int16 [16][TN / 2]; per-key parameters [4][TN]; K and V
-// rows staged as bf16 [TN][(D + Dv) / 2]; per-channel parameters [2][D + Dv]; three per-row sums
+// fp32 P of one head [2][16][TN], P' as int16 [16][TN / 2]; per-key parameters [4][TN]; K rows
+// staged as bf16 [TN][D / 2]; per-channel parameters [2][D + Dv]; three per-row sums
 // [3][rows]; per KV head, whether it runs the reference's element order [rows]; the integer
 // query pieces' scales and corrections [3][rows] (the pieces themselves in the bf16 packs' place).
 struct DecScratch {
-  float *q, *S, *P, *pb, *kpar, *kstage, *vstage, *kchan, *vchan, *aux, *qsum, *crow, *exact,
+  float *q, *S, *P, *pb, *kpar, *kstage, *kchan, *vchan, *aux, *qsum, *crow, *exact,
       *qsig;
   int32_t* qcorr;
   uint32_t* qdot;
@@ -109,7 +109,6 @@ inline int64_t DecScratchFloats(const Problem& p, DecScratch* s, float* base) {
   s->pb = take(kDecMaxR * TNk / 2);
   s->kpar = take(4 * TNk);
   s->kstage = take(TNk * D / 2);
-  s->vstage = take(TNk * Dv / 2);
   s->kchan = take(2 * D);
   s->vchan = take(2 * Dv);
   s->aux = take(rows);
