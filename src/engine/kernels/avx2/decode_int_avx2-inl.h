@@ -61,13 +61,31 @@ inline bool DecIntQuery(DecFmt kf, const float* qf, int64_t Rp, int64_t D, void*
       return false;
     int16_t* row = qp + r * ld;
     std::fill(row, row + ld, int16_t{0});
-    int32_t sum = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      const int32_t v = static_cast<int32_t>(std::nearbyint(q[d] * inv));
-      sum += v;
-      const int64_t at = kf == DecFmt::kI8 ? d : d / 32 * 32 + (d % 2) * 16 + (d % 32) / 2;
-      row[at] = static_cast<int16_t>(v);
+    // 16 channels at a time: v = round(q inv) (VCVTPS2DQ: to nearest even, as nearbyint), int8
+    // keys' rows in channel order (VPACKSSDW works per 128-bit lane: VPERMQ puts them in order),
+    // int4 keys' even / odd channels placed one by one.
+    const __m256 vinv = _mm256_set1_ps(inv);
+    __m256i vsum = _mm256_setzero_si256();
+    for (int64_t d = 0; d < D; d += 16) {  // D is a multiple of 16
+      const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(q + d), vinv));
+      const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(q + d + 8), vinv));
+      vsum = _mm256_add_epi32(vsum, _mm256_add_epi32(a, b));
+      if (kf == DecFmt::kI8) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + d),
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8));
+        continue;
+      }
+      alignas(32) int32_t v[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(v), a);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(v + 8), b);
+      for (int64_t i = 0; i < 16; ++i) {
+        const int64_t c = d + i;
+        row[c / 32 * 32 + (c % 2) * 16 + (c % 32) / 2] = static_cast<int16_t>(v[i]);
+      }
     }
+    const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(vsum), _mm256_extracti128_si256(vsum, 1));
+    const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xB1)));
     corr[r] = kf == DecFmt::kI4 ? 8 * sum : 0;
   }
   return true;
@@ -372,10 +390,15 @@ inline void DecIntPv(const DecItem& it, const int16_t* p, const float* sigma, co
   vr[t.nk] = reinterpret_cast<const char*>(kDecZeroRow);
   int32_t psum8[kDecMaxR] = {};
   if (it.vs.fmt == DecFmt::kI4) {
-    for (int64_t r = 0; r < it.R; ++r) {
-      int32_t s = 0;
-      for (int64_t n = 0; n < t.nk; ++n) s += p[r * kTileKeys + n];
-      psum8[r] = 8 * s;
+    const __m128i ones = _mm_set1_epi16(1);
+    for (int64_t r = 0; r < it.R; ++r) {  // p is 0 from nk to the next multiple of 8
+      __m128i s = _mm_setzero_si128();
+      for (int64_t n = 0; n < t.nk; n += 8)
+        s = _mm_add_epi32(s, _mm_madd_epi16(
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * kTileKeys + n)),
+                                 ones));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+      psum8[r] = 8 * _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
     }
     DecIntPvFmt<DecFmt::kI4>(it, p, sigma, vr, t.nk, psum8, acc, lda, pf);
   } else {
