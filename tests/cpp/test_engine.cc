@@ -821,47 +821,47 @@ TEST(Engine, ValueSumsPastFltMaxStayFinite) {
 TEST(Engine, RowsWhoseScoresAreAllMinusInf) {
   for (Elem e : {Elem::kF32, Elem::kBF16})
     for (const auto [q_len, kv] : {std::pair<int64_t, int64_t>{1, 70}, {1, 2048}, {24, 150}})
-        for (bool sinks : {false, true})
-          for (bool by_keys : {false, true}) {
-            CaseSpec s;
-            s.qe = e;
-            s.oe = Elem::kF32;
-            s.batch = 1;
-            s.h_q = 8;
-            s.h_kv = 2;
-            s.d_qk = s.d_v = 64;
-            s.q_len = {q_len};
-            s.kv_len = {kv};
-            s.sinks = sinks;
-            s.pse = by_keys ? Elem::kU8 : Elem::kF32;
-            s.seed = 90 + static_cast<uint32_t>(q_len + kv) + (sinks ? 1 : 0);
-            RunCase(s, [by_keys](Case& c) {
-              Problem& p = c.problem();
-              const float inf = std::numeric_limits<float>::infinity();
-              const auto set = [](const Operand& o, int64_t at, float x) {
-                cvt::Store(const_cast<void*>(o.Base(0)), o.elem, at, x);
-              };
-              const int64_t kvt = p.kv_len[0];
-              if (by_keys) {
-                for (int64_t h = 0; h < p.h_q; ++h)
-                  for (int64_t i = 0; i < p.q_len[0]; ++i)
-                    set(p.q, p.q.Offset(0, h, p.q_begin[0] + i, 0), -1.f);
-                for (int64_t h = 0; h < p.h_kv; ++h)
-                  for (int64_t j = 0; j < kvt; ++j) set(p.k.cache, p.k.cache.Offset(0, h, j, 0), inf);
-                return;
-              }
-              float* pse = const_cast<float*>(static_cast<const float*>(p.pse));
+      for (bool sinks : {false, true})
+        for (bool by_keys : {false, true}) {
+          CaseSpec s;
+          s.qe = e;
+          s.oe = Elem::kF32;
+          s.batch = 1;
+          s.h_q = 8;
+          s.h_kv = 2;
+          s.d_qk = s.d_v = 64;
+          s.q_len = {q_len};
+          s.kv_len = {kv};
+          s.sinks = sinks;
+          s.pse = by_keys ? Elem::kU8 : Elem::kF32;
+          s.seed = 90 + static_cast<uint32_t>(q_len + kv) + (sinks ? 1 : 0);
+          RunCase(s, [by_keys](Case& c) {
+            Problem& p = c.problem();
+            const float inf = std::numeric_limits<float>::infinity();
+            const auto set = [](const Operand& o, int64_t at, float x) {
+              cvt::Store(const_cast<void*>(o.Base(0)), o.elem, at, x);
+            };
+            const int64_t kvt = p.kv_len[0];
+            if (by_keys) {
               for (int64_t h = 0; h < p.h_q; ++h)
-                for (int64_t i = 0; i < p.q_len[0]; ++i) {
-                  const int64_t kind = (h + i) % 3;
-                  if (kind == 2) continue;
-                  for (int64_t j = 0; j < kvt; ++j)
-                    if (kind == 0 || j != (h + i) % kvt)
-                      pse[h * p.pse_sh + (p.pse_row0[0] + i) * p.pse_ss +
-                          (p.pse_col0[0] + j) * p.pse_sk] = -inf;
-                }
-            });
-          }
+                for (int64_t i = 0; i < p.q_len[0]; ++i)
+                  set(p.q, p.q.Offset(0, h, p.q_begin[0] + i, 0), -1.f);
+              for (int64_t h = 0; h < p.h_kv; ++h)
+                for (int64_t j = 0; j < kvt; ++j) set(p.k.cache, p.k.cache.Offset(0, h, j, 0), inf);
+              return;
+            }
+            float* pse = const_cast<float*>(static_cast<const float*>(p.pse));
+            for (int64_t h = 0; h < p.h_q; ++h)
+              for (int64_t i = 0; i < p.q_len[0]; ++i) {
+                const int64_t kind = (h + i) % 3;
+                if (kind == 2) continue;
+                for (int64_t j = 0; j < kvt; ++j)
+                  if (kind == 0 || j != (h + i) % kvt)
+                    pse[h * p.pse_sh + (p.pse_row0[0] + i) * p.pse_ss +
+                        (p.pse_col0[0] + j) * p.pse_sk] = -inf;
+              }
+          });
+        }
 }
 
 // The AVX512-BF16 table's dot tiles (attend_dot-inl.h: Q K^T and P V as VDPBF16PS over bf16
