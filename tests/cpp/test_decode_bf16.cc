@@ -251,78 +251,83 @@ TEST(DecodeBf16, QuantizedValueCorners) {
 // Keys int8 / int4 under bf16, int8 and int4 values; 2 rows per KV head (bf16 products on staged
 // keys) and 4 (VPDPBUSD / VPDPWSSD where the CPU has them; VPMADDWD on avx2), paged and
 // contiguous, head size 64 (int8 keys) and 48 (int4 keys: a last 16 channels), value head size
-// 64 and 48, every target, 1 and 2 threads.
+// 64 and 48, a decode and 6 query rows (the tile loop's dequantizing packs), every target, 1 and
+// 2 threads.
 TEST(DecodeBf16, IntegerKvExact) {
   for (const Elem ke : {Elem::kI8, Elem::kI4})
     for (const Elem ve : {Elem::kBF16, Elem::kI8, Elem::kI4})
       for (const int64_t group : {2, 4})
-        for (const int64_t block : {0, 32}) {
-          CaseSpec s;
-          s.qe = Elem::kBF16;
-          s.oe = Elem::kF32;
-          s.h_q = 4 * group;
-          s.h_kv = 4;
-          s.d_qk = ke == Elem::kI4 ? 48 : 64;  // int4: a whole 32-channel block and a half one
-          s.d_v = ve == Elem::kI4 ? 48 : 64;
-          s.block = block;
-          s.batch = 1;
-          s.q_len = {1};
-          s.kv_len = {300};
-          s.scale = 4.0;
-          s.seed = static_cast<uint32_t>(120 + group + block + (ke == Elem::kI4 ? 7 : 0) +
-                                         (ve == Elem::kI8 ? 11 : ve == Elem::kI4 ? 13 : 0));
-          std::vector<std::vector<uint8_t>> keep;
-          const auto pow2_scale = [](KvOperand& kv, Elem e) {
-            uint16_t* sc = const_cast<uint16_t*>(static_cast<const uint16_t*>(kv.dequant.scale));
-            sc[0] = cvt::F32ToBF16(e == Elem::kI8 ? 0x1p-6f : 0x1p-3f);
-          };
-          const auto edit = [&](Case& c) {
-            std::mt19937 rng(s.seed);
-            Problem& p = c.problem();
-            Quantize(p, p.k, s.d_qk, ke, Dequant::Kind::kPerTensor, false, 1.f, keep, rng);
-            pow2_scale(p.k, ke);
-            if (ve != Elem::kBF16) {
-              Quantize(p, p.v, s.d_v, ve, Dequant::Kind::kPerTensor, false, 1.f, keep, rng);
-              pow2_scale(p.v, ve);
-              c.set_max_abs_v(ve == Elem::kI8 ? 2.f : 1.f);  // 128 x 2^-6, 8 x 2^-3
-            }
-            for (int64_t h = 0; h < p.h_q; ++h)
-              for (int64_t d = 0; d < p.d_qk; ++d) {
-                const uint32_t r = rng() % 5;
-                cvt::Store(const_cast<void*>(p.q.Base(0)), p.q.elem,
-                           p.q.Offset(0, h, p.q_begin[0], d), r == 0 ? 0.f : r % 2 == 0 ? 1.f : -1.f);
+        for (const int64_t block : {0, 32})
+          for (const int64_t q_len : {1, 6}) {
+            CaseSpec s;
+            s.qe = Elem::kBF16;
+            s.oe = Elem::kF32;
+            s.h_q = 4 * group;
+            s.h_kv = 4;
+            s.d_qk = ke == Elem::kI4 ? 48 : 64;  // int4: a whole 32-channel block and a half one
+            s.d_v = ve == Elem::kI4 ? 48 : 64;
+            s.block = block;
+            s.batch = 1;
+            s.q_len = {q_len};
+            s.kv_len = {300};
+            s.scale = 4.0;
+            s.seed = static_cast<uint32_t>(120 + group + block + q_len + (ke == Elem::kI4 ? 7 : 0) +
+                                           (ve == Elem::kI8 ? 11 : ve == Elem::kI4 ? 13 : 0));
+            std::vector<std::vector<uint8_t>> keep;
+            const auto pow2_scale = [](KvOperand& kv, Elem e) {
+              uint16_t* sc = const_cast<uint16_t*>(static_cast<const uint16_t*>(kv.dequant.scale));
+              sc[0] = cvt::F32ToBF16(e == Elem::kI8 ? 0x1p-6f : 0x1p-3f);
+            };
+            const auto edit = [&](Case& c) {
+              std::mt19937 rng(s.seed);
+              Problem& p = c.problem();
+              Quantize(p, p.k, s.d_qk, ke, Dequant::Kind::kPerTensor, false, 1.f, keep, rng);
+              pow2_scale(p.k, ke);
+              if (ve != Elem::kBF16) {
+                Quantize(p, p.v, s.d_v, ve, Dequant::Kind::kPerTensor, false, 1.f, keep, rng);
+                pow2_scale(p.v, ve);
+                c.set_max_abs_v(ve == Elem::kI8 ? 2.f : 1.f);  // 128 x 2^-6, 8 x 2^-3
               }
-          };
-          Case c(s);
-          edit(c);
-          SettingsGuard guard;
-          Problem& p = c.problem();
-          c.ResetOutputs();
-          RunReference(p);
-          const float* out0 = reinterpret_cast<const float*>(c.out());
-          const std::vector<float> want(out0, out0 + c.out_bytes() / 4);
-          const std::vector<float> want_lse = c.lse();
-          const double vmax = c.max_abs_v(), u_bf = std::ldexp(1.0, -8);
-          for (const std::string& target : Targets())
-            for (int threads : {1, 2}) {
-              SetSimdCap(target);
-              SetNumThreads(threads);
-              c.ResetOutputs();
-              RunEngine(p);
-              const float* got = reinterpret_cast<const float*>(c.out());
-              int bad = 0;
-              for (size_t i = 0; i < want.size(); ++i)
-                if (!(std::fabs(got[i] - want[i]) <= 4 * u_bf * vmax) && bad++ < 3)
-                  ADD_FAILURE() << target << " x" << threads << " out[" << i << "] = " << got[i]
-                                << ", want " << want[i];
-              for (size_t i = 0; i < want_lse.size(); ++i)
-                if (c.lse()[i] != want_lse[i] &&  // (padding rows: +inf in both)
-                    !(std::fabs(c.lse()[i] - want_lse[i]) <= 1e-5 * (1 + std::fabs(want_lse[i]))) &&
-                    bad++ < 6)
-                  ADD_FAILURE() << target << " x" << threads << " lse[" << i << "] = " << c.lse()[i]
-                                << ", want " << want_lse[i];
-            }
-        }
+              for (int64_t h = 0; h < p.h_q; ++h)
+                for (int64_t i = 0; i < q_len; ++i)
+                  for (int64_t d = 0; d < p.d_qk; ++d) {
+                    const uint32_t r = rng() % 5;
+                    cvt::Store(const_cast<void*>(p.q.Base(0)), p.q.elem,
+                               p.q.Offset(0, h, p.q_begin[0] + i, d),
+                               r == 0 ? 0.f : r % 2 == 0 ? 1.f : -1.f);
+                  }
+            };
+            Case c(s);
+            edit(c);
+            SettingsGuard guard;
+            Problem& p = c.problem();
+            c.ResetOutputs();
+            RunReference(p);
+            const float* out0 = reinterpret_cast<const float*>(c.out());
+            const std::vector<float> want(out0, out0 + c.out_bytes() / 4);
+            const std::vector<float> want_lse = c.lse();
+            const double vmax = c.max_abs_v(), u_bf = std::ldexp(1.0, -8);
+            for (const std::string& target : Targets())
+              for (int threads : {1, 2}) {
+                SetSimdCap(target);
+                SetNumThreads(threads);
+                c.ResetOutputs();
+                RunEngine(p);
+                const float* got = reinterpret_cast<const float*>(c.out());
+                int bad = 0;
+                for (size_t i = 0; i < want.size(); ++i)
+                  if (!(std::fabs(got[i] - want[i]) <= 4 * u_bf * vmax) && bad++ < 3)
+                    ADD_FAILURE() << target << " x" << threads << " out[" << i << "] = " << got[i]
+                                  << ", want " << want[i];
+                for (size_t i = 0; i < want_lse.size(); ++i)
+                  if (c.lse()[i] != want_lse[i] &&  // (padding rows: +inf in both)
+                      !(std::fabs(c.lse()[i] - want_lse[i]) <=
+                        1e-5 * (1 + std::fabs(want_lse[i]))) &&
+                      bad++ < 6)
+                    ADD_FAILURE() << target << " x" << threads << " lse[" << i
+                                  << "] = " << c.lse()[i] << ", want " << want_lse[i];
+              }
+          }
 }
 
 // The softmax step reduces a few rows' maxima and sums at once (ReduceRows4 on AVX-512): rows of
