@@ -83,7 +83,8 @@ inline bool DecIntQuery(DecFmt kf, const float* qf, int64_t Rp, int64_t D, void*
         row[c / 32 * 32 + (c % 2) * 16 + (c % 32) / 2] = static_cast<int16_t>(v[i]);
       }
     }
-    const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(vsum), _mm256_extracti128_si256(vsum, 1));
+    const __m128i s4 =
+        _mm_add_epi32(_mm256_castsi256_si128(vsum), _mm256_extracti128_si256(vsum, 1));
     const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
     const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xB1)));
     corr[r] = kf == DecFmt::kI4 ? 8 * sum : 0;
@@ -393,10 +394,10 @@ inline void DecIntPv(const DecItem& it, const int16_t* p, const float* sigma, co
     const __m128i ones = _mm_set1_epi16(1);
     for (int64_t r = 0; r < it.R; ++r) {  // p is 0 from nk to the next multiple of 8
       __m128i s = _mm_setzero_si128();
-      for (int64_t n = 0; n < t.nk; n += 8)
-        s = _mm_add_epi32(s, _mm_madd_epi16(
-                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * kTileKeys + n)),
-                                 ones));
+      for (int64_t n = 0; n < t.nk; n += 8) {
+        const __m128i pn = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * kTileKeys + n));
+        s = _mm_add_epi32(s, _mm_madd_epi16(pn, ones));
+      }
       s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
       psum8[r] = 8 * _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
     }

@@ -234,9 +234,8 @@ inline void DotQk(const DecItem& it, const uint32_t* qp, const uint32_t* ql,
 // products per instruction, twice VDPBF16PS's). The keys enter as unsigned bytes u = x + c (int8:
 // x ^ 0x80, c = 128; int4: the nibble ^ 8 = x + 8, c = 8), made in registers after the broadcast
 // load from the cache row (a copy pass through a staging buffer ran ~8% slower in cache); each
-// query row q (fp32, per-channel
-// scales folded in) is sigma (256 qh + ql) with signed bytes qh, ql (15 bits of the row's largest
-// magnitude, as fine as the two bf16 terms it replaces), so
+// query row q (fp32, per-channel scales folded in) is sigma (256 qh + ql) with signed bytes qh, ql
+// (15 bits of the row's largest magnitude, as fine as the two bf16 terms it replaces), so
 //   q . x = sigma (256 (sum(qh u) - c sum(qh)) + (sum(ql u) - c sum(ql))),
 // each bracket an exact integer, the sum one fp32 rounding.
 
@@ -312,16 +311,17 @@ __attribute__((always_inline)) inline __m512 DotQkInt4(const int8_t* qg, const c
   __m512i h[4], l[4];
   OPENFIA_UNROLL
   for (int k = 0; k < 4; ++k) h[k] = l[k] = _mm512_setzero_si512();
-  const auto q = [qg](int64_t chunk, int p) { return _mm512_loadu_si512(qg + chunk * 128 + 64 * p); };
+  const auto q = [qg](int64_t chunk, int p) {
+    return _mm512_loadu_si512(qg + chunk * 128 + 64 * p);
+  };
   if constexpr (F == DecFmt::kI8) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int64_t c = 0; c < D / 16; ++c) {
       const __m512i qh = q(c, 0), ql = q(c, 1);
       OPENFIA_UNROLL
       for (int k = 0; k < 4; ++k) {
-        const __m512i kb = _mm512_xor_si512(
-            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k4[k] + 16 * c))),
-            flip);
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k4[k] + 16 * c));
+        const __m512i kb = _mm512_xor_si512(_mm512_broadcast_i32x4(b), flip);
         h[k] = DpBusd(h[k], kb, qh);
         l[k] = DpBusd(l[k], kb, ql);
       }
@@ -329,7 +329,8 @@ __attribute__((always_inline)) inline __m512 DotQkInt4(const int8_t* qg, const c
   } else {
     const __m512i x8 = _mm512_set1_epi8(0x08), lo4 = _mm512_set1_epi8(0x0F);
     for (int64_t m = 0; 32 * m < D; ++m) {
-      const __m512i qh0 = q(2 * m, 0), ql0 = q(2 * m, 1), qh1 = q(2 * m + 1, 0), ql1 = q(2 * m + 1, 1);
+      const __m512i qh0 = q(2 * m, 0), ql0 = q(2 * m, 1);
+      const __m512i qh1 = q(2 * m + 1, 0), ql1 = q(2 * m + 1, 1);
       const bool whole = 32 * m + 32 <= D;
       OPENFIA_UNROLL
       for (int k = 0; k < 4; ++k) {
@@ -588,8 +589,10 @@ __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64
     // 32 channels from c of value row v as int16 (NC = 16: 16, zeros after).
     const auto words = [](const int8_t* v, int64_t c) {
       if constexpr (kNib) return DotI4Words<NC == 16>(v, c);
-      else if constexpr (NC == 16) return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(0xFFFFu, v + c));
-      else return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + c)));
+      else if constexpr (NC == 16)
+        return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(0xFFFFu, v + c));
+      else
+        return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + c)));
     };
     if constexpr (NC == 16) {
       pv[0] = _mm512_permutex2var_epi16(words(vr[n], c0), idx, words(vr[n + 1], c0));
@@ -629,7 +632,8 @@ inline void DotPvIntRows(const int16_t* p, int64_t r0, const int8_t* const* vr, 
   if constexpr (RB <= 4)
     for (; c0 + 64 <= Dv; c0 += 64)
       DotPvIntBlock<RB, 64, kNib>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
-  for (; c0 + 32 <= Dv; c0 += 32) DotPvIntBlock<RB, 32, kNib>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
+  for (; c0 + 32 <= Dv; c0 += 32)
+    DotPvIntBlock<RB, 32, kNib>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
   if (c0 < Dv) DotPvIntBlock<RB, 16, kNib>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
 }
 
