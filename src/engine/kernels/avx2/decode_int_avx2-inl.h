@@ -14,9 +14,11 @@
 //              an exact integer sum, then one fp32 rounding and the multiply. 4 rows x 2 keys (2 x
 //              4, 1 x 4) of int32 partial sums per block, summed across lanes by VPHADDD.
 //   P V        each row's probabilities of a tile as 15-bit integers p (DecIntQuantP), against
-//              the value pairs (x[n][c], x[n + 1][c]) that VPUNPCK{L,H}WD interleave from two
-//              widened rows (int4: u = x + 8 and 8 sum(p) taken off per tile); the int32 sums stay
-//              in registers for the tile and join the fp32 accumulators in channel order.
+//              the value pairs (x[n][c], x[n + 1][c]) made from two rows in registers (int8:
+//              VPUNPCK{L,H}WD of the widened rows; int4: the rows' bytes interleaved, each
+//              nibble sign-extended in place); 4 rows per block, so each pair serves 4 rows; the
+//              int32 sums stay in registers for the tile and join the fp32 accumulators in
+//              channel order.
 
 // 16-bit query integers: |qi| <= kDecQMax(D) keeps a score's sum of D products with |x| <= 128
 // inside int32 (and every VPMADDWD pair too).
@@ -277,18 +279,20 @@ inline bool DecIntQuantP(const float* P, const float* s, const float* o, int64_t
   return true;
 }
 
-// acc rows [r0, r0 + RB) += sigma_r sum_n p[r][n] x[n] for NC channels from c0 (NC = 32, or a
-// last 16) over the keys [0, nk) of a tile: p int16 [R][TN] (0 past nk), value rows vr[0, nk] of
-// format F (vr[nk]: a zero row), psum8[r] = 8 sum_n p[r][n] for int4. In registers: int8, per 16
-// channels VPUNPCKLWD / VPUNPCKHWD pairs (channels 0-3 and 8-11 / 4-7 and 12-15); int4, per 32
-// channels the even and the odd channels' pairs, each lo / hi the same way.
+// acc rows [r0, r0 + RB) += sigma_r sum_n p[r][n] x[n] for NC channels from c0 over the keys
+// [0, nk) of a tile: p int16 [R][TN] (0 past nk), value rows vr[0, nk] of format F (vr[nk]: a
+// zero row). In registers, the pairs (x[n][c], x[n + 1][c]) VPMADDWD takes against (p[n],
+// p[n + 1]): int8 (NC = 32 or 16), per 16 channels VPUNPCKLWD / VPUNPCKHWD of two widened rows
+// (channels 0-3 and 8-11 / 4-7 and 12-15); int4 (NC = 16), the two rows' 8 bytes interleaved
+// (VPUNPCKLBW) and sign-extended to words, each word's low nibble (shifted up 12, then
+// arithmetically down) the even channels' pairs and its high one (down 4) the odd ones'.
 template <DecFmt F, int RB, int NC>
 __attribute__((always_inline)) inline void DecIntPvBlock(const int16_t* p, int64_t r0,
                                                          const char* const* vr, int64_t nk,
                                                          int64_t c0, const float* sigma,
-                                                         const int32_t* psum8, float* acc,
-                                                         int64_t lda, DecPrefetch& pf) {
-  constexpr int NA = F == DecFmt::kI8 ? NC / 8 : 4;  // int32 vectors per row
+                                                         float* acc, int64_t lda, DecPrefetch& pf) {
+  static_assert(F == DecFmt::kI8 || NC == 16);
+  constexpr int NA = NC / 8;  // int32 vectors per row
   constexpr int64_t kRun = 16;
   __m256i a[RB][NA];
   OPENFIA_UNROLL
@@ -306,13 +310,11 @@ __attribute__((always_inline)) inline void DecIntPvBlock(const int16_t* p, int64
         pv[2 * j + 1] = _mm256_unpackhi_epi16(v0, v1);
       }
     } else {
-      __m256i e0, o0, e1, o1;
-      DecI4Words<NC == 16>(vr[n], c0, &e0, &o0);
-      DecI4Words<NC == 16>(vr[n + 1], c0, &e1, &o1);
-      pv[0] = _mm256_unpacklo_epi16(e0, e1);  // even channels 0-6, 16-22
-      pv[1] = _mm256_unpackhi_epi16(e0, e1);  // even channels 8-14, 24-30
-      pv[2] = _mm256_unpacklo_epi16(o0, o1);  // odd channels 1-7, 17-23
-      pv[3] = _mm256_unpackhi_epi16(o0, o1);  // odd channels 9-15, 25-31
+      const __m128i b0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(vr[n] + c0 / 2));
+      const __m128i b1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(vr[n + 1] + c0 / 2));
+      const __m256i w = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(b0, b1));
+      pv[0] = _mm256_srai_epi16(_mm256_slli_epi16(w, 12), 12);  // channels 0, 2, ..., 14
+      pv[1] = _mm256_srai_epi16(w, 4);                          // channels 1, 3, ..., 15
     }
     OPENFIA_UNROLL
     for (int r = 0; r < RB; ++r) {
@@ -328,9 +330,6 @@ __attribute__((always_inline)) inline void DecIntPvBlock(const int16_t* p, int64
   for (int r = 0; r < RB; ++r) {
     const __m256 sg = _mm256_set1_ps(sigma[r0 + r]);
     float* at = acc + (r0 + r) * lda + c0;
-    const auto add8 = [&](int64_t c, __m256i v) {
-      _mm256_storeu_ps(at + c, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sg, _mm256_loadu_ps(at + c)));
-    };
     __m256i v[NA];
     if constexpr (F == DecFmt::kI8) {
       OPENFIA_UNROLL
@@ -338,48 +337,40 @@ __attribute__((always_inline)) inline void DecIntPvBlock(const int16_t* p, int64
         v[2 * j] = _mm256_permute2x128_si256(a[r][2 * j], a[r][2 * j + 1], 0x20);
         v[2 * j + 1] = _mm256_permute2x128_si256(a[r][2 * j], a[r][2 * j + 1], 0x31);
       }
-    } else {  // u = x + 8: take 8 sum(p) off, then even / odd channels back in order
-      const __m256i c = _mm256_set1_epi32(psum8[r0 + r]);
-      OPENFIA_UNROLL
-      for (int j = 0; j < NA; ++j) a[r][j] = _mm256_sub_epi32(a[r][j], c);
-      const __m256i x0 = _mm256_unpacklo_epi32(a[r][0], a[r][2]);  // 0-3, 16-19
-      const __m256i x1 = _mm256_unpackhi_epi32(a[r][0], a[r][2]);  // 4-7, 20-23
-      const __m256i x2 = _mm256_unpacklo_epi32(a[r][1], a[r][3]);  // 8-11, 24-27
-      const __m256i x3 = _mm256_unpackhi_epi32(a[r][1], a[r][3]);  // 12-15, 28-31
+    } else {  // even / odd channels back in order
+      const __m256i x0 = _mm256_unpacklo_epi32(a[r][0], a[r][1]);  // 0-3, 8-11
+      const __m256i x1 = _mm256_unpackhi_epi32(a[r][0], a[r][1]);  // 4-7, 12-15
       v[0] = _mm256_permute2x128_si256(x0, x1, 0x20);
-      v[1] = _mm256_permute2x128_si256(x2, x3, 0x20);
-      v[2] = _mm256_permute2x128_si256(x0, x1, 0x31);
-      v[3] = _mm256_permute2x128_si256(x2, x3, 0x31);
+      v[1] = _mm256_permute2x128_si256(x0, x1, 0x31);
     }
     OPENFIA_UNROLL
-    for (int j = 0; j < NC / 8; ++j) add8(8 * j, v[j]);
+    for (int j = 0; j < NA; ++j)
+      _mm256_storeu_ps(at + 8 * j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v[j]), sg,
+                                                   _mm256_loadu_ps(at + 8 * j)));
   }
 }
 
-// Rows [r0, r0 + RB) over every channel: blocks of 32 channels (int8 with 4 rows: 16, so that
-// 8 accumulators hold the block), then a last 16.
+// Rows [r0, r0 + RB) over every channel: int8, blocks of 32 channels (with 4 rows: 16, so that
+// 8 accumulators hold the block), then a last 16; int4, blocks of 16.
 template <DecFmt F, int RB>
 inline void DecIntPvRows(const int16_t* p, int64_t r0, const char* const* vr, int64_t nk,
-                         int64_t Dv, const float* sigma, const int32_t* psum8, float* acc,
-                         int64_t lda, DecPrefetch& pf) {
+                         int64_t Dv, const float* sigma, float* acc, int64_t lda,
+                         DecPrefetch& pf) {
   int64_t c0 = 0;
-  if constexpr (RB <= 2)
+  if constexpr (F == DecFmt::kI8 && RB <= 2)
     for (; c0 + 32 <= Dv; c0 += 32)
-      DecIntPvBlock<F, RB, 32>(p, r0, vr, nk, c0, sigma, psum8, acc, lda, pf);
-  for (; c0 < Dv; c0 += 16) DecIntPvBlock<F, RB, 16>(p, r0, vr, nk, c0, sigma, psum8, acc, lda, pf);
+      DecIntPvBlock<F, RB, 32>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
+  for (; c0 < Dv; c0 += 16) DecIntPvBlock<F, RB, 16>(p, r0, vr, nk, c0, sigma, acc, lda, pf);
 }
 
 template <DecFmt F>
 inline void DecIntPvFmt(const DecItem& it, const int16_t* p, const float* sigma,
-                        const char* const* vr, int64_t nk, const int32_t* psum8, float* acc,
-                        int64_t lda, DecPrefetch& pf) {
+                        const char* const* vr, int64_t nk, float* acc, int64_t lda,
+                        DecPrefetch& pf) {
   int64_t r0 = 0;
-  if constexpr (F == DecFmt::kI8)
-    for (; r0 + 4 <= it.R; r0 += 4)
-      DecIntPvRows<F, 4>(p, r0, vr, nk, it.Dv, sigma, psum8, acc, lda, pf);
-  for (; r0 + 2 <= it.R; r0 += 2)
-    DecIntPvRows<F, 2>(p, r0, vr, nk, it.Dv, sigma, psum8, acc, lda, pf);
-  if (r0 < it.R) DecIntPvRows<F, 1>(p, r0, vr, nk, it.Dv, sigma, psum8, acc, lda, pf);
+  for (; r0 + 4 <= it.R; r0 += 4) DecIntPvRows<F, 4>(p, r0, vr, nk, it.Dv, sigma, acc, lda, pf);
+  for (; r0 + 2 <= it.R; r0 += 2) DecIntPvRows<F, 2>(p, r0, vr, nk, it.Dv, sigma, acc, lda, pf);
+  if (r0 < it.R) DecIntPvRows<F, 1>(p, r0, vr, nk, it.Dv, sigma, acc, lda, pf);
 }
 
 // acc (the R rows of head x, channel order) += sigma P V over the tile's keys: p int16 [R][TN]
@@ -389,20 +380,6 @@ inline void DecIntPv(const DecItem& it, const int16_t* p, const float* sigma, co
   const char* vr[kTileKeys + 1];
   for (int64_t n = 0; n < t.nk; ++n) vr[n] = t.v[n] + x * t.vstep[n];
   vr[t.nk] = reinterpret_cast<const char*>(kDecZeroRow);
-  int32_t psum8[kDecMaxR] = {};
-  if (it.vs.fmt == DecFmt::kI4) {
-    const __m128i ones = _mm_set1_epi16(1);
-    for (int64_t r = 0; r < it.R; ++r) {  // p is 0 from nk to the next multiple of 8
-      __m128i s = _mm_setzero_si128();
-      for (int64_t n = 0; n < t.nk; n += 8) {
-        const __m128i pn = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * kTileKeys + n));
-        s = _mm_add_epi32(s, _mm_madd_epi16(pn, ones));
-      }
-      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-      psum8[r] = 8 * _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
-    }
-    DecIntPvFmt<DecFmt::kI4>(it, p, sigma, vr, t.nk, psum8, acc, lda, pf);
-  } else {
-    DecIntPvFmt<DecFmt::kI8>(it, p, sigma, vr, t.nk, psum8, acc, lda, pf);
-  }
+  if (it.vs.fmt == DecFmt::kI4) DecIntPvFmt<DecFmt::kI4>(it, p, sigma, vr, t.nk, acc, lda, pf);
+  else DecIntPvFmt<DecFmt::kI8>(it, p, sigma, vr, t.nk, acc, lda, pf);
 }

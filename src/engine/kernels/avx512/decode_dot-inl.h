@@ -512,7 +512,7 @@ inline void DotPv(const DecItem& it, const uint16_t* P, const char* const* vr, i
 //
 // P V over integer values multiplies integers: each row's probabilities of a tile become 15-bit
 // integers p = round(P' / sigma) with sigma = max |P'| / 32767 (P' = P, or P s with per-key value
-// scales s), and the values stay int8 (int4: sign-extended into int8 rows once per tile), so one
+// scales s), and the values enter as int16 made in registers from the cache rows, so one
 // VPDPWSSD takes the pairs (p[n], p[n + 1]) x (x[n][c], x[n + 1][c]) exactly into int32 lanes (a
 // 64-key tile sums to at most 64 x 32767 x 128 < 2^31 in magnitude) and the tile's sums join the
 // fp32 accumulators as sigma x sum, one rounding each. Each p is within sigma / 2 = max |P'| /
@@ -549,14 +549,12 @@ inline bool DecIntQuantP(const float* P, const float* s, const float* o, int64_t
   return true;
 }
 
-// The 32 channels [c, c + 32) of a packed int4 row (16 bytes; kHalf: [c, c + 16) from 8 bytes,
-// zeros after) as int16 in channel order: each byte widened to 32 bits, its two nibbles moved to
-// the top of the two 16-bit halves (one VPTERNLOGD), sign-extended by an arithmetic shift.
-template <bool kHalf>
-__attribute__((always_inline)) inline __m512i DotI4Words(const int8_t* row, int64_t c) {
-  const __m128i b = kHalf ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c / 2))
-                          : _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c / 2));
-  const __m512i w = _mm512_cvtepu8_epi32(b);
+// The 16 channels [c, c + 16) of a packed int4 row (8 bytes) as int16 in channel order, zeros
+// after (a last 16 channels of DotPvIntBlock): each byte widened to 32 bits, its two nibbles moved
+// to the top of the two 16-bit halves (one VPTERNLOGD), sign-extended by an arithmetic shift.
+__attribute__((always_inline)) inline __m512i DotI4Words16(const int8_t* row, int64_t c) {
+  const __m512i w =
+      _mm512_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c / 2)));
   // (A | B) & C: A = w << 12 holds the low nibble at bits 12-15, B = w << 24 the high one at 28-31.
   const __m512i t = _mm512_ternarylogic_epi32(_mm512_slli_epi32(w, 12), _mm512_slli_epi32(w, 24),
                                               _mm512_set1_epi32(static_cast<int>(0xF000F000u)),
@@ -566,7 +564,7 @@ __attribute__((always_inline)) inline __m512i DotI4Words(const int8_t* row, int6
 
 // acc rows [r0, r0 + RB) += sigma_r sum_n p[r][n] x[n] for NC channels from c0 over the keys
 // [0, nk) of a tile, in the P V order of DotPvBlock (NC = 16: channel order): p int16 [R][TN] (0
-// past nk), int8 value rows vr[0, nk] (kNib: packed int4 rows, DotI4Words; vr[nk]: a zero row).
+// past nk), int8 value rows vr[0, nk] (kNib: packed int4 rows; vr[nk]: a zero row).
 // The int32 sums stay in registers for the whole tile; a prefetch tick every kDotPvRun keys.
 template <int RB, int NC, bool kNib>
 __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64_t r0,
@@ -588,7 +586,7 @@ __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64
     __m512i pv[NA];
     // 32 channels from c of value row v as int16 (NC = 16: 16, zeros after).
     const auto words = [](const int8_t* v, int64_t c) {
-      if constexpr (kNib) return DotI4Words<NC == 16>(v, c);
+      if constexpr (kNib) return DotI4Words16(v, c);  // NC = 16 only
       else if constexpr (NC == 16)
         return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(0xFFFFu, v + c));
       else
@@ -596,6 +594,21 @@ __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64
     };
     if constexpr (NC == 16) {
       pv[0] = _mm512_permutex2var_epi16(words(vr[n], c0), idx, words(vr[n + 1], c0));
+    } else if constexpr (kNib) {
+      // The two rows' 16 bytes interleaved and sign-extended to words: each word's low nibble
+      // (up 12, arithmetically down 12) gives the even channels' pairs, its high one (down 4)
+      // the odd ones'; the accumulators take them in that order (put in the P V order below).
+      OPENFIA_UNROLL
+      for (int j = 0; j < NA; j += 2) {
+        const int8_t* at0 = vr[n] + (c0 + 16 * j) / 2;
+        const int8_t* at1 = vr[n + 1] + (c0 + 16 * j) / 2;
+        const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at0));
+        const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at1));
+        const __m512i w = _mm512_cvtepi8_epi16(
+            _mm256_set_m128i(_mm_unpackhi_epi8(b0, b1), _mm_unpacklo_epi8(b0, b1)));
+        pv[j] = _mm512_srai_epi16(_mm512_slli_epi16(w, 12), 12);
+        pv[j + 1] = _mm512_srai_epi16(w, 4);
+      }
     } else {
       OPENFIA_UNROLL
       for (int j = 0; j < NA; j += 2) {
@@ -615,6 +628,16 @@ __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64
   }
   OPENFIA_UNROLL
   for (int r = 0; r < RB; ++r) {
+    if constexpr (kNib && NC != 16) {
+      // Even / odd channels (lane i: channel 2 i / 2 i + 1 of the 32) to the P V order: the
+      // in-lane interleave of the two gives channels 8 k .. 8 k + 3 / 8 k + 4 .. 8 k + 7.
+      OPENFIA_UNROLL
+      for (int j = 0; j < NA; j += 2) {
+        const __m512i e = a[r][j], o = a[r][j + 1];
+        a[r][j] = _mm512_unpacklo_epi32(e, o);
+        a[r][j + 1] = _mm512_unpackhi_epi32(e, o);
+      }
+    }
     const __m512 sg = _mm512_set1_ps(sigma[r0 + r]);
     OPENFIA_UNROLL
     for (int j = 0; j < NA; ++j) {
@@ -684,7 +707,7 @@ inline void DecIntQk(const DecItem& it, const void* qp, const float* sigma, cons
   if (it.ks.fmt == DecFmt::kI8) DotQkInt<DecFmt::kI8>(it, q, sigma, corr, kr, t.nk, S, pf);
   else DotQkInt<DecFmt::kI4>(it, q, sigma, corr, kr, t.nk, S, pf);
 }
-// The value rows straight from the cache (int4 widened in registers, DotI4Words), then
+// The value rows straight from the cache (int4 widened in registers), then
 // VPDPWSSD; the accumulators in the P V order.
 inline void DecIntPv(const DecItem& it, const int16_t* p, const float* sigma, const DecTileRows& t,
                      int64_t x, float* acc, int64_t lda, DecPrefetch& pf) {
