@@ -234,8 +234,9 @@ double NanMax(double m, double s) {
   return s > m ? s : m;
 }
 
-// docs/semantics.md 1.2-1.5 for float/fp16/bf16 (incl. antiquant KV) queries.
-void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t i,
+// docs/semantics.md 1.2-1.5 for float/fp16/bf16 (incl. antiquant KV) queries. False, with o and
+// lse untouched, where the row attends to no key (every score -inf).
+bool FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t i,
               const std::vector<int64_t>& keys, std::vector<double>* o, double* lse) {
   const int64_t row = p.q_begin[b] + i;
   const std::vector<double> q = LoadQuery(p, b, h, row);
@@ -253,11 +254,7 @@ void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t
   // Every score -inf (a pse of -inf, infinite keys): the row attends to nothing and is one
   // without a visible key (0, lse +inf, sink or not), where exp(-inf - (-inf)) would be NaN;
   // PyTorch's SDPA gives such a row 0 as well.
-  if (m == -kInf) {
-    o->assign(p.d_v, 0.0);
-    *lse = kInf;
-    return;
-  }
+  if (m == -kInf) return false;
   if (has_sink) m = NanMax(sink, m);
 
   // The sink's term of the denominator, exp(sink - m): exactly 1 when the sink is the maximum,
@@ -276,6 +273,7 @@ void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t
   }
   for (int64_t d = 0; d < p.d_v; ++d) (*o)[d] /= l;
   *lse = std::log(l) + m;
+  return true;
 }
 
 // docs/semantics.md 1.8: int8 Q/K/V with the fp16 arithmetic of the golden, emulated step by step.
@@ -283,7 +281,8 @@ void FloatRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t
 // 1024-column chunks. The chunked form is the same function in exact arithmetic; its extra
 // fp16 roundings of partial outputs are tiling artefacts that the kernel does not share
 // (its tiles differ), so they are not part of the semantics. Sinks do not exist on this path.
-void FullQuantRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t i,
+// False as FloatRow.
+bool FullQuantRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int64_t i,
                   const std::vector<int64_t>& keys, std::vector<double>* o, double* lse) {
   const int64_t row = p.q_begin[b] + i;
   const std::vector<double> q = LoadQuery(p, b, h, row);  // int8 values, exact
@@ -310,11 +309,7 @@ void FullQuantRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int
   // m = max over all visible keys (NaN-propagating; a NaN can only come from pse).
   double m = -kInf;
   for (float x : s) m = NanMax(m, x);
-  if (m == -kInf) {  // every score -inf: no key attended (FloatRow)
-    o->assign(p.d_v, 0.0);
-    *lse = kInf;
-    return;
-  }
+  if (m == -kInf) return false;  // every score -inf: no key attended (FloatRow)
   const float m32 = static_cast<float>(m);
 
   double l = 0.0;  // sum of the fp16 E values
@@ -336,7 +331,7 @@ void FullQuantRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int
   if (nan_row) {
     o->assign(p.d_v, std::numeric_limits<double>::quiet_NaN());
     *lse = std::numeric_limits<double>::quiet_NaN();
-    return;
+    return true;
   }
   // O = float(acc) * ds2 / fp16(l), in fp32.
   const float l16 = F16(static_cast<float>(l));
@@ -345,6 +340,7 @@ void FullQuantRow(const Problem& p, const Gathered& g, int64_t b, int64_t h, int
     (*o)[d] = od / l16;
   }
   *lse = std::log(l) + m;
+  return true;
 }
 
 }  // namespace
@@ -383,13 +379,15 @@ void RunReference(const Problem& p) {
         VisibleKeys(p, b, hk, i, &keys);
         const int64_t row = p.q_begin[b] + i;
         for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+          // docs/semantics.md 1.4: a row that attends to no key (none visible, or every score
+          // -inf) -> 0 and lse +inf.
           double lse = kInf;
-          if (keys.empty()) {
-            o.assign(p.d_v, 0.0);  // docs/semantics.md 1.4: no attendable key -> 0 and lse +inf
-          } else if (p.full_quant) {
-            FullQuantRow(p, g, b, h, i, keys, &o, &lse);
-          } else {
-            FloatRow(p, g, b, h, i, keys, &o, &lse);
+          const bool attended = !keys.empty() && (p.full_quant
+                                                      ? FullQuantRow(p, g, b, h, i, keys, &o, &lse)
+                                                      : FloatRow(p, g, b, h, i, keys, &o, &lse));
+          if (!attended) {
+            o.assign(p.d_v, 0.0);
+            lse = kInf;
           }
           WriteRow(p, b, h, row, o, lse);
         }
