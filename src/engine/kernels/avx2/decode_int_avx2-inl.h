@@ -7,12 +7,12 @@
 // int4 elements widen to int16 in one or two operations where the fp32 products need three.
 //   S = Q K^T  each query row q (fp32, per-channel key scales folded in) is sigma qi with 16-bit
 //              integers qi of the row's largest magnitude (finer than the query dtype: bf16
-//              keeps 8 bits, f16 11); int8 keys sign-extended (VPMOVSXBW), int4 keys as
-//              u = x + 8 (the byte's nibbles XOR 8, zero-extended: even channels AND 15, odd
-//              ones shifted right by 4; qi packed in the same order), so
-//                q . x = sigma (qi . x)   or   sigma (qi . u - 8 sum(qi)),
-//              an exact integer sum, then one fp32 rounding and the multiply. 4 rows x 2 keys (2 x
-//              4, 1 x 4) of int32 partial sums per block, summed across lanes by VPHADDD.
+//              keeps 8 bits, f16 11); int8 keys sign-extended (VPMOVSXBW), int4 keys' bytes
+//              sign-extended to words, each word's low nibble (shifted up 12, arithmetically
+//              down 12) an even channel, its high nibble (arithmetically down 4) an odd one (qi
+//              packed in the same order), so q . x = sigma (qi . x): an exact integer sum, then
+//              one fp32 rounding and the multiply. 4 rows x 2 keys (2 x 4, 1 x 4) of int32
+//              partial sums per block, summed across lanes by VPHADDD.
 //   P V        each row's probabilities of a tile as 15-bit integers p (DecIntQuantP), against
 //              the value pairs (x[n][c], x[n + 1][c]) made from two rows in registers (int8:
 //              VPUNPCK{L,H}WD of the widened rows; int4: the rows' bytes interleaved, each
@@ -40,12 +40,12 @@ inline bool DecIntValuesFit(const DecItem& it) {
 inline int64_t DecIntQueryBytes(int64_t Rp, int64_t D) { return 2 * Rp * DecIntLd(D); }
 
 // The integer query rows of one head (fp32 qf [Rp][D]) for keys of format kf: qp int16 [Rp][ld]
-// (int8: channel order; int4: per 32 channels the 16 even, then the 16 odd, zero past D),
-// sigma[r], and corr[r] = the keys' bias times sum(qi) (8 for int4, 0 for int8). False where a
-// row holds a value that is not finite or its scale is not a normal number (the caller keeps the
-// fp32 products, which give the reference's NaN / Inf positions).
+// (int8: channel order; int4: per 32 channels the 16 even, then the 16 odd, zero past D) and
+// sigma[r]; corr stays unwritten (the keys enter the products signed, with no bias to correct).
+// False where a row holds a value that is not finite or its scale is not a normal number (the
+// caller keeps the fp32 products, which give the reference's NaN / Inf positions).
 inline bool DecIntQuery(DecFmt kf, const float* qf, int64_t Rp, int64_t D, void* qpv,
-                        float* sigma, int32_t* corr) {
+                        float* sigma, int32_t* /*corr*/) {
   int16_t* qp = static_cast<int16_t*>(qpv);
   const int64_t ld = DecIntLd(D);
   const float qmax = static_cast<float>(DecQMax(D));
@@ -67,11 +67,9 @@ inline bool DecIntQuery(DecFmt kf, const float* qf, int64_t Rp, int64_t D, void*
     // keys' rows in channel order (VPACKSSDW works per 128-bit lane: VPERMQ puts them in order),
     // int4 keys' even / odd channels placed one by one.
     const __m256 vinv = _mm256_set1_ps(inv);
-    __m256i vsum = _mm256_setzero_si256();
     for (int64_t d = 0; d < D; d += 16) {  // D is a multiple of 16
       const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(q + d), vinv));
       const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(q + d + 8), vinv));
-      vsum = _mm256_add_epi32(vsum, _mm256_add_epi32(a, b));
       if (kf == DecFmt::kI8) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + d),
                             _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8));
@@ -85,17 +83,12 @@ inline bool DecIntQuery(DecFmt kf, const float* qf, int64_t Rp, int64_t D, void*
         row[c / 32 * 32 + (c % 2) * 16 + (c % 32) / 2] = static_cast<int16_t>(v[i]);
       }
     }
-    const __m128i s4 =
-        _mm_add_epi32(_mm256_castsi256_si128(vsum), _mm256_extracti128_si256(vsum, 1));
-    const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-    const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0xB1)));
-    corr[r] = kf == DecFmt::kI4 ? 8 * sum : 0;
   }
   return true;
 }
 
-// The 16 words (int8) or two 16-word halves (int4: even, odd channels as u = x + 8) of one key
-// row's chunk of 16 / 32 channels from d on; half: an int4 chunk of 16 channels (8 bytes).
+// The 16 words (int8) or two 16-word halves (int4: even, odd channels) of one key row's chunk of
+// 16 / 32 channels from d on; half: an int4 chunk of 16 channels (8 bytes).
 __attribute__((always_inline)) inline __m256i DecI8Words(const char* row, int64_t d) {
   return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d)));
 }
@@ -104,9 +97,9 @@ __attribute__((always_inline)) inline void DecI4Words(const char* row, int64_t d
                                                       __m256i* od) {
   const __m128i b = kHalf ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + d / 2))
                           : _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d / 2));
-  const __m256i w = _mm256_cvtepu8_epi16(_mm_xor_si128(b, _mm_set1_epi8(static_cast<char>(0x88))));
-  *ev = _mm256_and_si256(w, _mm256_set1_epi16(0x0F));
-  *od = _mm256_srli_epi16(w, 4);
+  const __m256i w = _mm256_cvtepi8_epi16(b);
+  *ev = _mm256_srai_epi16(_mm256_slli_epi16(w, 12), 12);
+  *od = _mm256_srai_epi16(w, 4);
 }
 
 // Lane i of the result = the sum of the 8 lanes of a[i], i < N (N = 4: the low 128 bits).
@@ -126,32 +119,22 @@ __attribute__((always_inline)) inline __m256i DecHsum(const __m256i* a) {
   }
 }
 
-// The per-lane row constants of a block of RB rows x KB keys, lane r KB + k = row r's: corr (an
-// int32 vector) and sigma.
+// Each row's sigma in the lanes of a block of RB rows x KB keys (lane r KB + k: row r's).
 template <int RB, int KB>
-struct DecIntRowConsts {
-  __m256i corr;
-  __m256 sigma;
-  DecIntRowConsts(const float* sg, const int32_t* c) {
-    alignas(32) int32_t ci[8] = {};
-    alignas(32) float si[8] = {};
-    for (int r = 0; r < RB; ++r)
-      for (int k = 0; k < KB; ++k) {
-        ci[r * KB + k] = c[r];
-        si[r * KB + k] = sg[r];
-      }
-    corr = _mm256_load_si256(reinterpret_cast<const __m256i*>(ci));
-    sigma = _mm256_load_ps(si);
-  }
-};
+inline __m256 DecIntRowSigma(const float* sg) {
+  alignas(32) float si[8] = {};
+  for (int r = 0; r < RB; ++r)
+    for (int k = 0; k < KB; ++k) si[r * KB + k] = sg[r];
+  return _mm256_load_ps(si);
+}
 
-// s[r * lds + k] = sigma_r (qi_r . x_k - corr_r) for RB rows (query rows q at stride ldq) and KB
+// s[r * lds + k] = sigma_r (qi_r . x_k) for RB rows (query rows q at stride ldq) and KB
 // key rows kr[k] of format F: the accumulators in row order (lane r KB + k), so each row's KB
 // scores leave as one store.
 template <DecFmt F, int RB, int KB>
 __attribute__((always_inline)) inline void DecIntQkBlock(const int16_t* q, int64_t ldq, int64_t D,
                                                          const char* const* kr,
-                                                         const DecIntRowConsts<RB, KB>& rc,
+                                                         __m256 sigma,
                                                          float* s, int64_t lds) {
   static_assert(RB * KB == 8 || RB * KB == 4);
   __m256i a[RB * KB];
@@ -192,8 +175,7 @@ __attribute__((always_inline)) inline void DecIntQkBlock(const int16_t* q, int64
     for (; d + 32 <= D; d += 32) chunk(d, std::false_type{});
     if (d < D) chunk(d, std::true_type{});
   }
-  const __m256 sc = _mm256_mul_ps(
-      _mm256_cvtepi32_ps(_mm256_sub_epi32(DecHsum<RB * KB>(a), rc.corr)), rc.sigma);
+  const __m256 sc = _mm256_mul_ps(_mm256_cvtepi32_ps(DecHsum<RB * KB>(a)), sigma);
   const __m128 lo = _mm256_castps256_ps128(sc), hi = _mm256_extractf128_ps(sc, 1);
   if constexpr (KB == 4) {  // RB = 1 or 2: a row per 128 bits
     _mm_storeu_ps(s, lo);
@@ -208,10 +190,9 @@ __attribute__((always_inline)) inline void DecIntQkBlock(const int16_t* q, int64
 
 template <DecFmt F, int RB, int KB>
 inline void DecIntQkRows(const DecItem& it, const int16_t* q, const float* sigma,
-                         const int32_t* corr, const DecTileRows& t, int64_t x, int64_t r0,
-                         float* S, DecPrefetch& pf) {
+                         const DecTileRows& t, int64_t x, int64_t r0, float* S, DecPrefetch& pf) {
   const int64_t ld = DecIntLd(it.D);
-  const DecIntRowConsts<RB, KB> rc(sigma + r0, corr + r0);
+  const __m256 sg = DecIntRowSigma<RB, KB>(sigma + r0);
   const char* kr[KB];
   for (int64_t n0 = 0; n0 < t.nk; n0 += KB) {
     pf.Tick();
@@ -220,28 +201,28 @@ inline void DecIntQkRows(const DecItem& it, const int16_t* q, const float* sigma
       const int64_t n = std::min(n0 + k, t.nk - 1);
       kr[k] = t.k[n] + x * t.kstep[n];
     }
-    DecIntQkBlock<F, RB, KB>(q + r0 * ld, ld, it.D, kr, rc, S + r0 * kTileKeys + n0, kTileKeys);
+    DecIntQkBlock<F, RB, KB>(q + r0 * ld, ld, it.D, kr, sg, S + r0 * kTileKeys + n0, kTileKeys);
   }
 }
 
 // S[r][n] = q_r . x_n for the R rows of head x and the tile's keys n < nk (keys past nk read
-// key nk - 1; the caller sets their scores): the integer query rows qp of DecIntQuery with sigma
-// and corr; the key rows straight from the cache.
+// key nk - 1; the caller sets their scores): the integer query rows qp of DecIntQuery with sigma;
+// the key rows straight from the cache.
 template <DecFmt F>
 inline void DecIntQkFmt(const DecItem& it, const int16_t* qp, const float* sigma,
-                        const int32_t* corr, const DecTileRows& t, int64_t x, float* S,
-                        DecPrefetch& pf) {
-  if (it.R == 1) return DecIntQkRows<F, 1, 4>(it, qp, sigma, corr, t, x, 0, S, pf);
-  if (it.R == 2) return DecIntQkRows<F, 2, 4>(it, qp, sigma, corr, t, x, 0, S, pf);
+                        const DecTileRows& t, int64_t x, float* S, DecPrefetch& pf) {
+  if (it.R == 1) return DecIntQkRows<F, 1, 4>(it, qp, sigma, t, x, 0, S, pf);
+  if (it.R == 2) return DecIntQkRows<F, 2, 4>(it, qp, sigma, t, x, 0, S, pf);
   // Rows past R in the last group of 4 are zero queries (DecRowsPad).
   for (int64_t r0 = 0; r0 < it.R; r0 += 4)
-    DecIntQkRows<F, 4, 2>(it, qp, sigma, corr, t, x, r0, S, pf);
+    DecIntQkRows<F, 4, 2>(it, qp, sigma, t, x, r0, S, pf);
 }
-inline void DecIntQk(const DecItem& it, const void* qp, const float* sigma, const int32_t* corr,
-                     const DecTileRows& t, int64_t x, float* S, DecPrefetch& pf) {
+inline void DecIntQk(const DecItem& it, const void* qp, const float* sigma,
+                     const int32_t* /*corr*/, const DecTileRows& t, int64_t x, float* S,
+                     DecPrefetch& pf) {
   const int16_t* q = static_cast<const int16_t*>(qp);
-  if (it.ks.fmt == DecFmt::kI8) DecIntQkFmt<DecFmt::kI8>(it, q, sigma, corr, t, x, S, pf);
-  else DecIntQkFmt<DecFmt::kI4>(it, q, sigma, corr, t, x, S, pf);
+  if (it.ks.fmt == DecFmt::kI8) DecIntQkFmt<DecFmt::kI8>(it, q, sigma, t, x, S, pf);
+  else DecIntQkFmt<DecFmt::kI4>(it, q, sigma, t, x, S, pf);
 }
 
 // ---- P V ------------------------------------------------------------------------------------

@@ -549,17 +549,28 @@ inline bool DecIntQuantP(const float* P, const float* s, const float* o, int64_t
   return true;
 }
 
-// The 16 channels [c, c + 16) of a packed int4 row (8 bytes) as int16 in channel order, zeros
-// after (a last 16 channels of DotPvIntBlock): each byte widened to 32 bits, its two nibbles moved
-// to the top of the two 16-bit halves (one VPTERNLOGD), sign-extended by an arithmetic shift.
-__attribute__((always_inline)) inline __m512i DotI4Words16(const int8_t* row, int64_t c) {
-  const __m512i w =
-      _mm512_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c / 2)));
-  // (A | B) & C: A = w << 12 holds the low nibble at bits 12-15, B = w << 24 the high one at 28-31.
-  const __m512i t = _mm512_ternarylogic_epi32(_mm512_slli_epi32(w, 12), _mm512_slli_epi32(w, 24),
-                                              _mm512_set1_epi32(static_cast<int>(0xF000F000u)),
-                                              0xA8);
-  return _mm512_srai_epi16(t, 12);
+// The value pairs (x[n][c], x[n + 1][c]) of int4 rows r0 = x[n], r1 = x[n + 1]: the rows' bytes
+// interleaved and sign-extended to words, each word's low nibble (up 12, arithmetically down 12)
+// gives an even channel's pair, its high one (down 4) an odd channel's. 32 channels from c: the
+// even ones' pairs in *ev, the odd ones' in *od; 16 channels: the even ones' in the low 256 bits,
+// the odd ones' above.
+__attribute__((always_inline)) inline void DotI4Pairs32(const int8_t* r0, const int8_t* r1,
+                                                        int64_t c, __m512i* ev, __m512i* od) {
+  const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + c / 2));
+  const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + c / 2));
+  const __m512i w = _mm512_cvtepi8_epi16(
+      _mm256_set_m128i(_mm_unpackhi_epi8(b0, b1), _mm_unpacklo_epi8(b0, b1)));
+  *ev = _mm512_srai_epi16(_mm512_slli_epi16(w, 12), 12);
+  *od = _mm512_srai_epi16(w, 4);
+}
+__attribute__((always_inline)) inline __m512i DotI4Pairs16(const int8_t* r0, const int8_t* r1,
+                                                           int64_t c) {
+  const __m128i b0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r0 + c / 2));
+  const __m128i b1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r1 + c / 2));
+  const __m256i w = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(b0, b1));
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_srai_epi16(_mm256_slli_epi16(w, 12), 12)),
+      _mm256_srai_epi16(w, 4), 1);
 }
 
 // acc rows [r0, r0 + RB) += sigma_r sum_n p[r][n] x[n] for NC channels from c0 over the keys
@@ -584,31 +595,23 @@ __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64
   for (int64_t n = 0; n < nk; n += 2) {
     if (n % kDotPvRun == 0) pf.Tick();
     __m512i pv[NA];
-    // 32 channels from c of value row v as int16 (NC = 16: 16, zeros after).
+    // 32 channels from c of int8 value row v as int16 (NC = 16: 16, zeros after).
     const auto words = [](const int8_t* v, int64_t c) {
-      if constexpr (kNib) return DotI4Words16(v, c);  // NC = 16 only
-      else if constexpr (NC == 16)
+      if constexpr (NC == 16)
         return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(0xFFFFu, v + c));
       else
         return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + c)));
     };
-    if constexpr (NC == 16) {
-      pv[0] = _mm512_permutex2var_epi16(words(vr[n], c0), idx, words(vr[n + 1], c0));
+    // int4: the accumulators take the even channels' pairs, then the odd ones' (put in the P V
+    // order below).
+    if constexpr (kNib && NC == 16) {
+      pv[0] = DotI4Pairs16(vr[n], vr[n + 1], c0);
     } else if constexpr (kNib) {
-      // The two rows' 16 bytes interleaved and sign-extended to words: each word's low nibble
-      // (up 12, arithmetically down 12) gives the even channels' pairs, its high one (down 4)
-      // the odd ones'; the accumulators take them in that order (put in the P V order below).
       OPENFIA_UNROLL
-      for (int j = 0; j < NA; j += 2) {
-        const int8_t* at0 = vr[n] + (c0 + 16 * j) / 2;
-        const int8_t* at1 = vr[n + 1] + (c0 + 16 * j) / 2;
-        const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at0));
-        const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at1));
-        const __m512i w = _mm512_cvtepi8_epi16(
-            _mm256_set_m128i(_mm_unpackhi_epi8(b0, b1), _mm_unpacklo_epi8(b0, b1)));
-        pv[j] = _mm512_srai_epi16(_mm512_slli_epi16(w, 12), 12);
-        pv[j + 1] = _mm512_srai_epi16(w, 4);
-      }
+      for (int j = 0; j < NA; j += 2)
+        DotI4Pairs32(vr[n], vr[n + 1], c0 + 16 * j, &pv[j], &pv[j + 1]);
+    } else if constexpr (NC == 16) {
+      pv[0] = _mm512_permutex2var_epi16(words(vr[n], c0), idx, words(vr[n + 1], c0));
     } else {
       OPENFIA_UNROLL
       for (int j = 0; j < NA; j += 2) {
@@ -628,7 +631,11 @@ __attribute__((always_inline)) inline void DotPvIntBlock(const int16_t* p, int64
   }
   OPENFIA_UNROLL
   for (int r = 0; r < RB; ++r) {
-    if constexpr (kNib && NC != 16) {
+    if constexpr (kNib && NC == 16) {
+      // Lanes 0-7: channels 0, 2, .., 14; lanes 8-15: 1, 3, .., 15; to channel order.
+      a[r][0] = _mm512_permutexvar_epi32(
+          _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0), a[r][0]);
+    } else if constexpr (kNib) {
       // Even / odd channels (lane i: channel 2 i / 2 i + 1 of the 32) to the P V order: the
       // in-lane interleave of the two gives channels 8 k .. 8 k + 3 / 8 k + 4 .. 8 k + 7.
       OPENFIA_UNROLL
