@@ -255,20 +255,20 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
     // first tile otherwise takes about twice a later one, and the next piece follows in memory
     // (run next by this thread when it runs alone).
     bool next_piece = false;
-    if (!has_next && !token_major && w.split + 1 < w.n_split) {
+    if (!has_next && w.split + 1 < w.n_split) {
       WorkItem wn = w;
       wn.j0 = w.j1;
-      wn.j1 = std::min(w.j1 + TNk, p.kv_total(b));
+      wn.j1 = p.kv_total(b);  // DecResolveTile takes one tile of it
       next_piece = wn.j0 < wn.j1;
       if (next_piece) DecResolveTile(p, wn, wn.j0, &tiles[cur ^ 1]);
     }
-    pf.Start((has_next || next_piece) && !token_major ? &tiles[cur ^ 1] : nullptr, nh, kbytes,
-             vbytes);
+    const DecTileRows* after = has_next || next_piece ? &tiles[cur ^ 1] : nullptr;
+    pf.Start(token_major ? nullptr : after, nh, kbytes, vbytes);
     const int64_t nk = t.nk, npad = (nk + V::kW - 1) / V::kW * V::kW;
 #if defined(OPENFIA_DECODE_DOT)
     const int64_t klines = (kbytes + 63) / 64, vlines = (vbytes + 63) / 64;
     if (token_major) {
-      stream.Tile(&t, has_next ? &tiles[cur ^ 1] : nullptr);
+      stream.Tile(&t, after);
       if (t0 == tile0) stream.Issue(kDecAhead * nh * klines, kDecAhead);
       for (int64_t n0 = 0; n0 < nk; n0 += 4)
         for (int64_t x = 0; x < nh; ++x) {
