@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -78,16 +79,24 @@ class Pool {
     }
   }
 
-  // Runs fn over [0, n) on the pool and the calling thread. The first exception any call of fn
-  // throws stops the hand-out of further items and is rethrown here once every worker is done.
+  // Runs fn over [0, n) (n < 2^32) on the pool and the calling thread. The first exception any
+  // call of fn throws stops the hand-out of further items and is rethrown here once every worker
+  // is done.
   void Run(int64_t n, const std::function<void(int64_t, int)>& fn, int workers) {
     Resize(workers);
     {
       std::lock_guard<std::mutex> lk(mu_);
       fn_ = &fn;
-      n_ = n;
       error_ = nullptr;
-      next_.store(0);
+      stop_items_.store(false);
+      n_workers_ = static_cast<int>(threads_.size()) + 1;
+      if (n_ranges_ < n_workers_) {
+        ranges_ = std::make_unique<Range[]>(static_cast<size_t>(n_workers_));
+        n_ranges_ = n_workers_;
+      }
+      for (int w = 0; w < n_workers_; ++w)
+        ranges_[w].fb.store(Pack(static_cast<uint32_t>(n * w / n_workers_),
+                                 static_cast<uint32_t>(n * (w + 1) / n_workers_)));
       pending_ = static_cast<int>(threads_.size());
       ++generation_;
     }
@@ -116,18 +125,56 @@ class Pool {
     stop_ = false;
   }
 
+  // Items are claimed from per-worker ranges: each worker starts with a contiguous share of
+  // [0, n) and runs it front to back, then takes the back half of another worker's rest. A worker
+  // thus runs consecutive items (a decode's consecutive key pieces, whose next one its kernel
+  // prefetches) while the load still balances to one item.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> fb{0};  // front (low 32 bits) and back of the unclaimed items
+  };
+  static uint64_t Pack(uint32_t front, uint32_t back) {
+    return static_cast<uint64_t>(back) << 32 | front;
+  }
+  // The front item of r, or -1 when r is empty.
+  static int64_t TakeFront(Range& r) {
+    uint64_t v = r.fb.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint32_t f = static_cast<uint32_t>(v), b = static_cast<uint32_t>(v >> 32);
+      if (f >= b) return -1;
+      if (r.fb.compare_exchange_weak(v, Pack(f + 1, b), std::memory_order_relaxed)) return f;
+    }
+  }
+  // Moves the back half (at least one item) of `from` into the empty range `to` of the calling
+  // worker; false when `from` is empty. Only a range's owner stores into it, and only when empty.
+  static bool StealHalf(Range& from, Range& to) {
+    uint64_t v = from.fb.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint32_t f = static_cast<uint32_t>(v), b = static_cast<uint32_t>(v >> 32);
+      if (f >= b) return false;
+      const uint32_t mid = f + (b - f) / 2;
+      if (from.fb.compare_exchange_weak(v, Pack(f, mid), std::memory_order_relaxed)) {
+        to.fb.store(Pack(mid, b), std::memory_order_relaxed);
+        return true;
+      }
+    }
+  }
+
   void Work(int worker) {
     t_in_worker = true;
-    for (;;) {
-      const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
-      if (i >= n_) break;
-      try {
-        (*fn_)(i, worker);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!error_) error_ = std::current_exception();
-        next_.store(n_, std::memory_order_relaxed);  // no new items
+    Range& own = ranges_[worker];
+    for (bool more = true; more;) {
+      for (int64_t i; !stop_items_.load(std::memory_order_relaxed) && (i = TakeFront(own)) >= 0;) {
+        try {
+          (*fn_)(i, worker);
+        } catch (...) {
+          std::lock_guard<std::mutex> lk(mu_);
+          if (!error_) error_ = std::current_exception();
+          stop_items_.store(true, std::memory_order_relaxed);  // no new items
+        }
       }
+      more = false;
+      for (int k = 1; k < n_workers_ && !more && !stop_items_.load(std::memory_order_relaxed); ++k)
+        more = StealHalf(ranges_[(worker + k) % n_workers_], own);
     }
     t_in_worker = false;
   }
@@ -155,8 +202,10 @@ class Pool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   const std::function<void(int64_t, int)>* fn_ = nullptr;
-  int64_t n_ = 0;
-  std::atomic<int64_t> next_{0};
+  int n_workers_ = 1;  // of the current Run
+  std::unique_ptr<Range[]> ranges_;  // [n_ranges_], the first n_workers_ in use
+  int n_ranges_ = 0;
+  std::atomic<bool> stop_items_{false};
   std::exception_ptr error_;  // guarded by mu_
 };
 
@@ -197,7 +246,16 @@ void ParallelFor(int64_t n, const std::function<void(int64_t, int)>& fn, int wor
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
-  pool.Run(n, fn, workers);
+  // A range holds 32-bit item numbers: larger counts run in slices.
+  constexpr int64_t kSlice = int64_t{1} << 31;
+  for (int64_t i0 = 0; i0 < n; i0 += kSlice) {
+    const int64_t m = std::min(kSlice, n - i0);
+    if (i0 == 0 && m == n) {
+      pool.Run(n, fn, workers);
+    } else {
+      pool.Run(m, [&](int64_t i, int worker) { fn(i0 + i, worker); }, workers);
+    }
+  }
 }
 
 }  // namespace openfia::internal

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/parallel.h"
@@ -90,6 +92,30 @@ TEST(Parallel, AnExceptionInAnyItemReachesTheCaller) {
     std::vector<std::atomic<int>> hits(200);
     internal::ParallelFor(200, [&](int64_t i, int) { hits[i]++; });
     for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+}
+
+// Each worker runs a contiguous share front to back and then halves of the others' rests: with
+// the first half slow, every item still runs once, and each worker's items
+// come in a few ascending runs rather than interleaved with the others'.
+TEST(Parallel, WorkersRunConsecutiveItemsAndBalanceUnevenOnes) {
+  ThreadsScope threads(3);
+  constexpr int64_t kItems = 300;
+  std::vector<std::atomic<int>> hits(kItems);
+  std::vector<std::vector<int64_t>> order(3);
+  internal::ParallelFor(
+      kItems,
+      [&](int64_t i, int w) {
+        hits[i]++;
+        order[w].push_back(i);
+        if (i < kItems / 2) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      },
+      3);
+  for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  for (const auto& o : order) {
+    int64_t runs = 0;
+    for (size_t k = 0; k < o.size(); ++k) runs += k == 0 || o[k] != o[k - 1] + 1;
+    EXPECT_LE(runs, 25) << "items of one worker scattered: " << runs << " runs of " << o.size();
   }
 }
 
