@@ -96,9 +96,9 @@ TEST(Parallel, AnExceptionInAnyItemReachesTheCaller) {
 }
 
 // Each worker runs a contiguous share front to back and then halves of the others' rests: with
-// the first half slow, every item still runs once, and each worker's items
-// come in a few ascending runs rather than interleaved with the others'.
-TEST(Parallel, WorkersRunConsecutiveItemsAndBalanceUnevenOnes) {
+// the first half of the items slow, every item still runs once, and each worker's items come in
+// a few ascending runs rather than interleaved with the others' (as one-by-one claiming gives).
+TEST(Parallel, WorkersRunConsecutiveItemsWhenSomeAreSlow) {
   ThreadsScope threads(3);
   constexpr int64_t kItems = 300;
   std::vector<std::atomic<int>> hits(kItems);
