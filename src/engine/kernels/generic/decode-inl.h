@@ -253,7 +253,7 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
     if (has_next) DecResolveTile(p, w, t0 + TNk, &tiles[cur ^ 1]);
     // The last tile of a split piece prefetches the next piece's first tile: from DRAM an item's
     // first tile otherwise takes about twice a later one, and the next piece follows in memory
-    // (run next by this thread when it runs alone).
+    // (the pool runs consecutive items on one thread, ParallelFor).
     bool next_piece = false;
     if (!has_next && w.split + 1 < w.n_split) {
       WorkItem wn = w;
