@@ -249,20 +249,17 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
   int cur = 0;
   for (int64_t t0 = tile0; t0 < w.j1; t0 += TNk, cur ^= 1) {
     const DecTileRows& t = tiles[cur];
-    const bool has_next = t0 + TNk < w.j1;
-    if (has_next) DecResolveTile(p, w, t0 + TNk, &tiles[cur ^ 1]);
-    // The last tile of a split piece prefetches the next piece's first tile: from DRAM an item's
-    // first tile otherwise takes about twice a later one, and the next piece follows in memory
-    // (the pool runs consecutive items on one thread, ParallelFor).
-    bool next_piece = false;
-    if (!has_next && w.split + 1 < w.n_split) {
-      WorkItem wn = w;
-      wn.j0 = w.j1;
-      wn.j1 = p.kv_total(b);  // DecResolveTile takes one tile of it
-      next_piece = wn.j0 < wn.j1;
-      if (next_piece) DecResolveTile(p, wn, wn.j0, &tiles[cur ^ 1]);
+    // The tile after this one, prefetched while this one runs: the next of this piece, or past
+    // a split piece's end the next piece's first (pieces end on the tile grid): from DRAM an
+    // item's first tile otherwise takes about twice a later one, and the next piece follows in
+    // memory (the pool runs consecutive items on one thread, ParallelFor).
+    WorkItem wa = w;
+    if (t0 + TNk >= w.j1 && w.split + 1 < w.n_split) wa.j1 = p.kv_total(b);
+    const DecTileRows* after = nullptr;
+    if (t0 + TNk < wa.j1) {
+      DecResolveTile(p, wa, t0 + TNk, &tiles[cur ^ 1]);
+      after = &tiles[cur ^ 1];
     }
-    const DecTileRows* after = has_next || next_piece ? &tiles[cur ^ 1] : nullptr;
     pf.Start(token_major ? nullptr : after, nh, kbytes, vbytes);
     const int64_t nk = t.nk, npad = (nk + V::kW - 1) / V::kW * V::kW;
 #if defined(OPENFIA_DECODE_DOT)
