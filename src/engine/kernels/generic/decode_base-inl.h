@@ -181,13 +181,30 @@ inline void DecResolveTile(const Problem& p, const WorkItem& w, int64_t t0, DecT
   uint8_t pre[kTileKeys];
   const auto side = [&](const KvOperand& kv, const char** row, int64_t* step, int64_t* c) {
     ResolveItemKeys(p, kv, kv, w, w.hk, t->jt0, t->nk, base, off, pre, c);
+    const auto fmt = [&](const Operand& o) {
+      return kv.dequant.kind == Dequant::Kind::kNone ? DecFloatFmt(o.elem)
+             : o.elem == Elem::kI8                   ? DecFmt::kI8
+                                                     : DecFmt::kI4;
+    };
+    // Bytes of e elements as (e << up) >> down, per source (offsets of rows are whole bytes).
+    const auto shifts = [](DecFmt f, int* up, int* down) {
+      *up = f == DecFmt::kF32 ? 2 : f == DecFmt::kI8 || f == DecFmt::kI4 ? 0 : 1;
+      *down = f == DecFmt::kI4 ? 1 : 0;
+    };
+    const DecFmt fc = fmt(kv.cache);
+    int uc, dc, up = 0, dp = 0;
+    shifts(fc, &uc, &dc);
+    const int64_t sc = DecBytes(fc, kv.cache.Sh(w.b));
+    int64_t sp = 0;
+    if (kv.prefix.present()) {
+      const DecFmt fp = fmt(kv.prefix);
+      shifts(fp, &up, &dp);
+      sp = DecBytes(fp, kv.prefix.sh);
+    }
     for (int64_t n = 0; n < t->nk; ++n) {
-      const Operand& o = pre[n] ? kv.prefix : kv.cache;
-      const DecFmt f = kv.dequant.kind == Dequant::Kind::kNone
-                           ? DecFloatFmt(o.elem)
-                           : o.elem == Elem::kI8 ? DecFmt::kI8 : DecFmt::kI4;
-      row[n] = static_cast<const char*>(base[n]) + DecBytes(f, off[n]);
-      step[n] = DecBytes(f, pre[n] ? o.sh : o.Sh(w.b));
+      const bool q = pre[n] != 0;
+      row[n] = static_cast<const char*>(base[n]) + ((off[n] << (q ? up : uc)) >> (q ? dp : dc));
+      step[n] = q ? sp : sc;
     }
   };
   side(p.k, t->k, t->kstep, t->kc);

@@ -109,30 +109,29 @@ inline void ResolveItemKeys(const Problem& p, const KvOperand& kv, const KvOpera
                      coord ? coord + 2 * i : nullptr);
     return;
   }
-  int64_t c[2];
-  int64_t left = 0;  // keys after the last resolved one in its run (cache keys only)
-  for (int64_t i = 0; i < n; ++i) {
-    if (left > 0) {
-      --left;
-      base[i] = base[i - 1];
-      off[i] = off[i - 1] + kv.cache.ss;
-      pre[i] = 0;
-      c[1] += 1;
-      if (coord) {
-        coord[2 * i] = c[0];
-        coord[2 * i + 1] = c[1];
-      }
-      continue;
-    }
+  for (int64_t i = 0; i < n;) {
     const int64_t j = j0 + i;
+    int64_t c[2];
     ResolveKey(p, kv, w.b, hk, j, &base[i], &off[i], &pre[i], c);
     if (coord) {
       coord[2 * i] = c[0];
       coord[2 * i + 1] = c[1];
     }
+    int64_t run = 1;  // keys from i on in one run
     if (!pre[i]) {
       const int64_t t = p.kv_begin[w.b] + j - p.prefix_len;
-      left = p.paged ? p.block_size - 1 - t % p.block_size : n;
+      run = p.paged ? std::min(n - i, p.block_size - t % p.block_size) : n - i;
     }
+    for (int64_t k = 1; k < run; ++k) {
+      base[i + k] = base[i];
+      off[i + k] = off[i] + k * kv.cache.ss;
+      pre[i + k] = 0;
+    }
+    if (coord)
+      for (int64_t k = 1; k < run; ++k) {
+        coord[2 * (i + k)] = c[0];
+        coord[2 * (i + k) + 1] = c[1] + k;
+      }
+    i += run;
   }
 }
