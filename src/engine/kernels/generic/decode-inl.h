@@ -237,6 +237,14 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
   // reduce and update together instead of a 4-row step per head. (Its K / V are floats, so no
   // head runs the reference's element order.)
   const bool joint_softmax = token_major && R == Rp;
+#if defined(OPENFIA_DECODE_INTS)
+  // Integer K and V the same way: the scores of every head, one softmax step over runs of heads
+  // (a head that runs the reference's element order splits a run), then P V head after head.
+  // A 4-row step per head spent as long on its reductions and rules as on its exps.
+  const bool joint_int = it.int_qk && it.int_pv && R == Rp;
+#else
+  constexpr bool joint_int = false;
+#endif
 
   DecTileRows tiles[2];
   DecPrefetch pf;
@@ -298,9 +306,48 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
       DecExactP(it, S, o.m, vsc, nk, S);
       in_channel_order(o, [&] { pv(it, S, t, x, o.acc, o.acc_stride, pf); });
     };
+    // fp32 products on head x's P of the softmax (rounded to the query dtype), in channel order.
+    const auto fma_pv = [&](int64_t x, float* P, const RowStates& o) {
+      float* ax = sc.aux + x * R;
+      if (it.vs.tok()) {  // P' = P s per key; the offsets' sum sum_n P' o per row
+        for (int64_t r = 0; r < R; ++r) {
+          float* pr = P + r * TNk;
+          typename V::T sum = V::Zero();
+          for (int64_t n = 0; n < npad; n += V::kW) {
+            const typename V::T pn = V::Mul(V::Load(pr + n), V::Load(vsc + n));
+            V::Store(pr + n, pn);
+            sum = V::Fma(pn, V::Load(vof + n), sum);
+          }
+          if (it.vs.off) ax[r] += V::ReduceSum(sum);
+        }
+      } else if (it.vs.chan) {
+        for (int64_t r = 0; r < R; ++r) ax[r] += DecSum(P + r * TNk, npad);
+      }
+      pv(it, P, t, x, o.acc, o.acc_stride, pf);
+    };
+#if defined(OPENFIA_DECODE_INTS)
+    // Integer P' and values for head x (vsc, vof: its per-key value parameters).
+    const auto int_pv = [&](int64_t x, float* P, const RowStates& o) {
+      int16_t* p16 = reinterpret_cast<int16_t*>(sc.pb);
+      float sig[kDecMaxR], psum[kDecMaxR];
+      bool ok = true;
+      for (int64_t r = 0; r < R && ok; ++r)
+        ok = DecIntQuantP(P + r * TNk, it.vs.tok() ? vsc : nullptr,
+                          it.vs.tok() && it.vs.off ? vof : nullptr, npad, p16 + r * TNk,
+                          &sig[r], &psum[r]);
+      if (!ok) {  // a P' that is not finite or too small for the integer form
+        in_channel_order(o, [&] { fma_pv(x, P, o); });
+        return;
+      }
+      // The offsets' sum sum_n P' o (per token), or sum(P) (per channel).
+      if (v_aux)
+        for (int64_t r = 0; r < R; ++r) sc.aux[x * R + r] += psum[r];
+      DecIntPv(it, p16, sig, t, x, o.acc, o.acc_stride, pf);
+    };
+#endif
     for (int64_t x = 0; x < nh; ++x) {
       const int64_t hk = w.hk + x;
-      float* S = sc.S + (token_major ? x * Rp * TNk : 0);
+      float* S = sc.S + (token_major || joint_int ? x * Rp * TNk : 0);
       // The token-major walk keeps every head's bf16 P in sc.P, rows of TNk words one after the
       // other; a fp32 P of its heads would go over their scores.
       float* P = token_major ? S : sc.P;
@@ -376,6 +423,10 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
       }
 
       if (joint_softmax) continue;  // after the last head (below)
+      if (joint_int) {
+        pv_later[x] = true;
+        continue;
+      }
 
       // P, and the rows' m, l, accumulators and extra sums.
       SoftmaxStep st = DecSoftmaxStep(it, S, R, nk, npad, o);
@@ -396,24 +447,6 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
         exact_pv(x, S, o);
         continue;
       }
-      // fp32 products on the P of the softmax (rounded to the query dtype), in channel order.
-      const auto fma_pv = [&] {
-        if (it.vs.tok()) {  // P' = P s per key; the offsets' sum sum_n P' o per row
-          for (int64_t r = 0; r < R; ++r) {
-            float* pr = P + r * TNk;
-            typename V::T sum = V::Zero();
-            for (int64_t n = 0; n < npad; n += V::kW) {
-              const typename V::T pn = V::Mul(V::Load(pr + n), V::Load(vsc + n));
-              V::Store(pr + n, pn);
-              sum = V::Fma(pn, V::Load(vof + n), sum);
-            }
-            if (it.vs.off) ax[r] += V::ReduceSum(sum);
-          }
-        } else if (it.vs.chan) {
-          for (int64_t r = 0; r < R; ++r) ax[r] += DecSum(P + r * TNk, npad);
-        }
-        pv(it, P, t, x, o.acc, o.acc_stride, pf);
-      };
 #if defined(OPENFIA_DECODE_DOT)
       if (token_major) {
         pv_later[x] = true;
@@ -421,22 +454,8 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
       }
 #endif
 #if defined(OPENFIA_DECODE_INTS)
-      if (it.int_pv) {  // integer P' and values
-        int16_t* p16 = reinterpret_cast<int16_t*>(sc.pb);
-        float sig[kDecMaxR], psum[kDecMaxR];
-        bool ok = true;
-        for (int64_t r = 0; r < R && ok; ++r)
-          ok = DecIntQuantP(P + r * TNk, it.vs.tok() ? vsc : nullptr,
-                            it.vs.tok() && it.vs.off ? vof : nullptr, npad, p16 + r * TNk,
-                            &sig[r], &psum[r]);
-        if (ok) {
-          // The offsets' sum sum_n P' o (per token), or sum(P) (per channel).
-          if (v_aux)
-            for (int64_t r = 0; r < R; ++r) ax[r] += psum[r];
-          DecIntPv(it, p16, sig, t, x, o.acc, o.acc_stride, pf);
-        } else {  // a P' that is not finite or too small for the integer form
-          in_channel_order(o, fma_pv);
-        }
+      if (it.int_pv) {
+        int_pv(x, P, o);
         continue;
       }
 #endif
@@ -449,8 +468,34 @@ inline void DecodeRunItemScaled(const Problem& p, const WorkItem& w, void* scrat
         continue;
       }
 #endif
-      fma_pv();
+      fma_pv(x, P, o);
     }
+#if defined(OPENFIA_DECODE_INTS)
+    if (joint_int) {
+      for (int64_t x0 = 0; x0 < nh;) {  // runs of heads that took the steps above
+        int64_t x1 = x0;
+        while (x1 < nh && pv_later[x1]) ++x1;
+        if (x1 == x0) {
+          ++x0;
+          continue;
+        }
+        const RowStates o{out.m + x0 * R, out.l + x0 * R, out.acc + x0 * R * out.acc_stride,
+                          out.acc_stride};
+        SoftmaxStep st = DecSoftmaxStep(it, sc.S + x0 * Rp * TNk, (x1 - x0) * R, nk, npad, o);
+        st.store.kind = SoftmaxStore::Kind::kRounded;  // over the scores
+        st.aux = v_aux ? sc.aux + x0 * R : nullptr;
+        RunSoftmaxStep(st);
+        x0 = x1;
+      }
+      for (int64_t x = 0; x < nh; ++x) {
+        if (!pv_later[x]) continue;
+        if (it.vs.tok() && it.vs.dq->sh != 0) DecKeyParams(it.vs, t.vc, nk, w.hk + x, vsc, vof);
+        const RowStates o{out.m + x * R, out.l + x * R, out.acc + x * R * out.acc_stride,
+                          out.acc_stride};
+        int_pv(x, sc.S + x * Rp * TNk, o);
+      }
+    }
+#endif
 #if defined(OPENFIA_DECODE_DOT)
     if (joint_softmax) {
       SoftmaxStep st = DecSoftmaxStep(it, sc.S, nh * R, nk, npad, out);
