@@ -330,6 +330,74 @@ TEST(DecodeBf16, IntegerKvExact) {
           }
 }
 
+// Integer scores at the edge of int32: int8 keys whose every channel is 127 or -128 against
+// query rows of one magnitude (+1 or -1 in every channel), so that |q . x| in the VPDPBUSD form
+// (the query to 15 bits, 32639 per channel) is D x 32639 x 127 or x 128: just below 2^31 for D
+// 512, where the two query pieces' sums join per lane before the reduction and their partial
+// sums wrap; D 1024 keeps them apart. Other keys random; 4 rows per KV head; scores exact, so the
+// comparison is tight (as in IntegerKvExact); every target, 1 and 2 threads.
+TEST(DecodeBf16, IntegerScoresAtTheirBound) {
+  const bool bf16 = TargetOps("avx512bf16") != nullptr;
+  for (const int64_t d : {512, 1024}) {
+    CaseSpec s;
+    s.qe = Elem::kBF16;
+    s.oe = Elem::kF32;
+    s.h_q = 4;
+    s.h_kv = 1;
+    s.d_qk = d;
+    s.d_v = 64;
+    s.block = 32;
+    s.batch = 1;
+    s.q_len = {1};
+    s.kv_len = {200};
+    s.scale = 1.0 / static_cast<double>(d);
+    s.seed = static_cast<uint32_t>(140 + d / 512);
+    std::vector<std::vector<uint8_t>> keep;
+    const auto edit = [&](Case& c) {
+      std::mt19937 rng(s.seed);
+      Problem& p = c.problem();
+      Quantize(p, p.k, s.d_qk, Elem::kI8, Dequant::Kind::kPerTensor, false, 1.f, keep, rng);
+      uint16_t* sc = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.k.dequant.scale));
+      sc[0] = cvt::F32ToBF16(0x1p-6f);
+      for (int64_t j = 0; j < s.kv_len[0]; ++j)
+        for (int64_t x = 0; x < d; ++x) {
+          if (j % 3 == 2) continue;  // random
+          const int64_t t = j;
+          int8_t* k = const_cast<int8_t*>(static_cast<const int8_t*>(p.k.cache.data));
+          k[p.k.cache.Offset(p.block_table[t / p.block_size], 0, t % p.block_size, x)] =
+              static_cast<int8_t>(j % 3 == 0 ? 127 : -128);
+        }
+      for (int64_t h = 0; h < p.h_q; ++h)
+        for (int64_t x = 0; x < d; ++x)
+          cvt::Store(const_cast<void*>(p.q.Base(0)), p.q.elem, p.q.Offset(0, h, p.q_begin[0], x),
+                     h % 2 == 0 ? 1.f : -1.f);
+    };
+    Case c(s);
+    edit(c);
+    Problem& p = c.problem();
+    if (bf16) EXPECT_GT(Bf16DecodeItems(p), 0) << "d " << d;
+    SettingsGuard guard;
+    c.ResetOutputs();
+    RunReference(p);
+    const float* out0 = reinterpret_cast<const float*>(c.out());
+    const std::vector<float> want(out0, out0 + c.out_bytes() / 4);
+    const double vmax = c.max_abs_v(), u_bf = std::ldexp(1.0, -8);
+    for (const std::string& target : Targets())
+      for (int threads : {1, 2}) {
+        SetSimdCap(target);
+        SetNumThreads(threads);
+        c.ResetOutputs();
+        RunEngine(p);
+        const float* got = reinterpret_cast<const float*>(c.out());
+        int bad = 0;
+        for (size_t i = 0; i < want.size(); ++i)
+          if (!(std::fabs(got[i] - want[i]) <= 4 * u_bf * vmax) && bad++ < 3)
+            ADD_FAILURE() << "d " << d << " " << target << " x" << threads << " out[" << i
+                          << "] = " << got[i] << ", want " << want[i];
+      }
+  }
+}
+
 // The softmax step reduces a few rows' maxima and sums at once (ReduceRows4 on AVX-512): rows of
 // one KV head whose scores lie ~100 apart (query head h scaled by 2^(4 h)) overflow exp(s - m)
 // if a row ever took another row's maximum, and get wrong sums if it took another's sum.

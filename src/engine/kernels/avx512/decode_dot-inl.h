@@ -305,7 +305,7 @@ inline bool DotPackQueryInt(const float* qf, int64_t Rp, int64_t D, int32_t c, i
 // lanes 4 r + k the row's corr). int8: each 16 channels broadcast and flipped to u = x ^ 0x80;
 // int4: each 16 bytes (32 channels; 8 for a last 16) broadcast and split into the even and the
 // odd channels' u = nibble ^ 8 (one VPTERNLOGD each).
-template <DecFmt F>
+template <DecFmt F, bool kJoin>
 __attribute__((always_inline)) inline __m512 DotQkInt4(const int8_t* qg, const char* const* k4,
                                                        int64_t D, __m512i ch, __m512i cl) {
   __m512i h[4], l[4];
@@ -359,9 +359,19 @@ __attribute__((always_inline)) inline __m512 DotQkInt4(const int8_t* qg, const c
     const __m512i cd = _mm512_add_epi32(sh(a[2], a[3], 0x88), sh(a[2], a[3], 0xDD));
     return _mm512_add_epi32(sh(ab, cd, 0x88), sh(ab, cd, 0xDD));
   };
+  if constexpr (kJoin) {
+    // 256 h + l per lane before the sums (one tree instead of two; ch = 256 ch + cl here): the
+    // int32 lanes wrap, but the result q . x is within int32 for D <= kDotJoinD, so it is exact.
+    OPENFIA_UNROLL
+    for (int k = 0; k < 4; ++k) h[k] = _mm512_add_epi32(_mm512_slli_epi32(h[k], 8), l[k]);
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(reduce(h), ch));
+  }
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(reduce(h), ch)),
                          _mm512_set1_ps(256.f), _mm512_cvtepi32_ps(_mm512_sub_epi32(reduce(l), cl)));
 }
+
+// |q . x| <= D 32639 128 < 2^31 for the rows' integer scores up to this D (DotQkInt4's kJoin).
+constexpr int64_t kDotJoinD = 512;
 
 // S[r][n] = q_r . x_n for the R (>= 3) rows of a head and keys n < nk (kr: the rows of format F
 // in the cache): the pieces qp, sigma and corr of DotPackQueryInt.
@@ -377,6 +387,8 @@ inline void DotQkInt(const DecItem& it, const int8_t* qp, const float* sigma, co
                                         cg[2], cg[2], cg[2], cg[2], cg[0], cg[0], cg[0], cg[0]);
     const __m512i cl = _mm512_set_epi32(cg[7], cg[7], cg[7], cg[7], cg[5], cg[5], cg[5], cg[5],
                                         cg[3], cg[3], cg[3], cg[3], cg[1], cg[1], cg[1], cg[1]);
+    const bool join = D <= kDotJoinD;
+    const __m512i cj = _mm512_add_epi32(_mm512_slli_epi32(ch, 8), cl);
     for (int64_t n0 = 0; n0 < nk; n0 += 16) {
       __m512 out[4];
       OPENFIA_UNROLL
@@ -384,7 +396,7 @@ inline void DotQkInt(const DecItem& it, const int8_t* qp, const float* sigma, co
         pf.Tick();
         const char* k4[4];
         for (int k = 0; k < 4; ++k) k4[k] = kr[std::min<int64_t>(n0 + 4 * i + k, nk - 1)];
-        out[i] = DotQkInt4<F>(qg, k4, D, ch, cl);
+        out[i] = join ? DotQkInt4<F, true>(qg, k4, D, cj, cl) : DotQkInt4<F, false>(qg, k4, D, ch, cl);
       }
       __m512 row[4];
       DotRowsOfFours(out, row);
