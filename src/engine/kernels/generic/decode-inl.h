@@ -42,7 +42,8 @@
 // kDecAhead tokens ahead of the walk (DecStream): from DRAM, D1's shape at 2 threads ran about
 // 1.1x faster so than head after head. The other paths go head after head through a tile while
 // the next tile's rows of every head are prefetched token after token (DecPrefetch), a few lines
-// at each step of the products.
+// at each step of the products; integer K and V on VPDPBUSD / VPDPWSSD take every head's scores
+// first, then one softmax step over the rows of all of them, then P V head after head.
 
 // Integer products of int8 / int4 K and V (avx512/decode_dot-inl.h: VPDPBUSD / VPDPWSSD;
 // avx2/decode_int_avx2-inl.h: VPMADDWD), each file with the same hooks, included by the target
