@@ -181,28 +181,30 @@ inline void DecResolveTile(const Problem& p, const WorkItem& w, int64_t t0, DecT
   uint8_t pre[kTileKeys];
   const auto side = [&](const KvOperand& kv, const char** row, int64_t* step, int64_t* c) {
     ResolveItemKeys(p, kv, kv, w, w.hk, t->jt0, t->nk, base, off, pre, c);
-    // Per source (the cache, the shared prefix): the format, the bytes from one KV head's row to
-    // the next, and the bytes of e elements as (e << up) >> down (rows start on whole bytes).
-    struct Src {
-      int up = 0, down = 0;
-      int64_t step = 0;
+    const auto fmt = [&](const Operand& o) {
+      return kv.dequant.kind == Dequant::Kind::kNone ? DecFloatFmt(o.elem)
+             : o.elem == Elem::kI8                   ? DecFmt::kI8
+                                                     : DecFmt::kI4;
     };
-    const auto src = [&](const Operand& o, int64_t sh) {
-      const DecFmt f = kv.dequant.kind == Dequant::Kind::kNone ? DecFloatFmt(o.elem)
-                       : o.elem == Elem::kI8                   ? DecFmt::kI8
-                                                               : DecFmt::kI4;
-      Src r;
-      r.up = f == DecFmt::kF32 ? 2 : f == DecFmt::kF16 || f == DecFmt::kBF16 ? 1 : 0;
-      r.down = f == DecFmt::kI4 ? 1 : 0;
-      r.step = DecBytes(f, sh);
-      return r;
+    // Bytes of e elements as (e << up) >> down, per source (offsets of rows are whole bytes).
+    const auto shifts = [](DecFmt f, int* up, int* down) {
+      *up = f == DecFmt::kF32 ? 2 : f == DecFmt::kI8 || f == DecFmt::kI4 ? 0 : 1;
+      *down = f == DecFmt::kI4 ? 1 : 0;
     };
-    const Src cache = src(kv.cache, kv.cache.Sh(w.b));
-    const Src prefix = kv.prefix.present() ? src(kv.prefix, kv.prefix.sh) : Src{};
+    const DecFmt fc = fmt(kv.cache);
+    int uc, dc, up = 0, dp = 0;
+    shifts(fc, &uc, &dc);
+    const int64_t sc = DecBytes(fc, kv.cache.Sh(w.b));
+    int64_t sp = 0;
+    if (kv.prefix.present()) {
+      const DecFmt fp = fmt(kv.prefix);
+      shifts(fp, &up, &dp);
+      sp = DecBytes(fp, kv.prefix.sh);
+    }
     for (int64_t n = 0; n < t->nk; ++n) {
-      const Src& s = pre[n] ? prefix : cache;
-      row[n] = static_cast<const char*>(base[n]) + ((off[n] << s.up) >> s.down);
-      step[n] = s.step;
+      const bool q = pre[n] != 0;
+      row[n] = static_cast<const char*>(base[n]) + ((off[n] << (q ? up : uc)) >> (q ? dp : dc));
+      step[n] = q ? sp : sc;
     }
   };
   side(p.k, t->k, t->kstep, t->kc);
