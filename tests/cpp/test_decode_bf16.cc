@@ -242,6 +242,29 @@ TEST(DecodeBf16, QuantizedValueCorners) {
   }
 }
 
+// Runs case c's problem on the engine under every target this CPU runs at 1 and 2 threads,
+// calling check(label) after each run.
+template <class Check>
+void ForEachTargetRun(Case& c, Check check) {
+  for (const std::string& target : Targets())
+    for (int threads : {1, 2}) {
+      SetSimdCap(target);
+      SetNumThreads(threads);
+      c.ResetOutputs();
+      RunEngine(c.problem());
+      check(target + " x" + std::to_string(threads));
+    }
+}
+
+// Case c's fp32 outputs each within tol of want (the first few misses reported, *bad counting).
+void CheckOutputs(const Case& c, const std::vector<float>& want, double tol,
+                  const std::string& label, int* bad) {
+  const float* got = reinterpret_cast<const float*>(c.out());
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!(std::fabs(got[i] - want[i]) <= tol) && (*bad)++ < 3)
+      ADD_FAILURE() << label << " out[" << i << "] = " << got[i] << ", want " << want[i];
+}
+
 // Integer keys and values that every form computes exactly: per-tensor scales of 2^-6 (int8) and
 // 2^-3 (int4), so each dequantized element is exact in bf16 and fp32, and queries of +-1 and 0,
 // so the reference's scores are exact up to their fp32 rounding. The comparison is then tight
@@ -307,26 +330,16 @@ TEST(DecodeBf16, IntegerKvExact) {
             const std::vector<float> want(out0, out0 + c.out_bytes() / 4);
             const std::vector<float> want_lse = c.lse();
             const double vmax = c.max_abs_v(), u_bf = std::ldexp(1.0, -8);
-            for (const std::string& target : Targets())
-              for (int threads : {1, 2}) {
-                SetSimdCap(target);
-                SetNumThreads(threads);
-                c.ResetOutputs();
-                RunEngine(p);
-                const float* got = reinterpret_cast<const float*>(c.out());
-                int bad = 0;
-                for (size_t i = 0; i < want.size(); ++i)
-                  if (!(std::fabs(got[i] - want[i]) <= 4 * u_bf * vmax) && bad++ < 3)
-                    ADD_FAILURE() << target << " x" << threads << " out[" << i << "] = " << got[i]
-                                  << ", want " << want[i];
-                for (size_t i = 0; i < want_lse.size(); ++i)
-                  if (c.lse()[i] != want_lse[i] &&  // (padding rows: +inf in both)
-                      !(std::fabs(c.lse()[i] - want_lse[i]) <=
-                        1e-5 * (1 + std::fabs(want_lse[i]))) &&
-                      bad++ < 6)
-                    ADD_FAILURE() << target << " x" << threads << " lse[" << i
-                                  << "] = " << c.lse()[i] << ", want " << want_lse[i];
-              }
+            ForEachTargetRun(c, [&](const std::string& label) {
+              int bad = 0;
+              CheckOutputs(c, want, 4 * u_bf * vmax, label, &bad);
+              for (size_t i = 0; i < want_lse.size(); ++i)
+                if (c.lse()[i] != want_lse[i] &&  // (padding rows: +inf in both)
+                    !(std::fabs(c.lse()[i] - want_lse[i]) <= 1e-5 * (1 + std::fabs(want_lse[i]))) &&
+                    bad++ < 6)
+                  ADD_FAILURE() << label << " lse[" << i << "] = " << c.lse()[i] << ", want "
+                                << want_lse[i];
+            });
           }
 }
 
@@ -382,19 +395,10 @@ TEST(DecodeBf16, IntegerScoresAtTheirBound) {
     const float* out0 = reinterpret_cast<const float*>(c.out());
     const std::vector<float> want(out0, out0 + c.out_bytes() / 4);
     const double vmax = c.max_abs_v(), u_bf = std::ldexp(1.0, -8);
-    for (const std::string& target : Targets())
-      for (int threads : {1, 2}) {
-        SetSimdCap(target);
-        SetNumThreads(threads);
-        c.ResetOutputs();
-        RunEngine(p);
-        const float* got = reinterpret_cast<const float*>(c.out());
-        int bad = 0;
-        for (size_t i = 0; i < want.size(); ++i)
-          if (!(std::fabs(got[i] - want[i]) <= 4 * u_bf * vmax) && bad++ < 3)
-            ADD_FAILURE() << "d " << d << " " << target << " x" << threads << " out[" << i
-                          << "] = " << got[i] << ", want " << want[i];
-      }
+    ForEachTargetRun(c, [&](const std::string& label) {
+      int bad = 0;
+      CheckOutputs(c, want, 4 * u_bf * vmax, "d " + std::to_string(d) + " " + label, &bad);
+    });
   }
 }
 
