@@ -372,14 +372,13 @@ TEST(DecodeBf16, IntegerScoresAtTheirBound) {
       Quantize(p, p.k, s.d_qk, Elem::kI8, Dequant::Kind::kPerTensor, false, 1.f, keep, rng);
       uint16_t* sc = const_cast<uint16_t*>(static_cast<const uint16_t*>(p.k.dequant.scale));
       sc[0] = cvt::F32ToBF16(0x1p-6f);
-      for (int64_t j = 0; j < s.kv_len[0]; ++j)
-        for (int64_t x = 0; x < d; ++x) {
-          if (j % 3 == 2) continue;  // random
-          const int64_t t = j;
-          int8_t* k = const_cast<int8_t*>(static_cast<const int8_t*>(p.k.cache.data));
-          k[p.k.cache.Offset(p.block_table[t / p.block_size], 0, t % p.block_size, x)] =
+      int8_t* k = const_cast<int8_t*>(static_cast<const int8_t*>(p.k.cache.data));
+      for (int64_t j = 0; j < s.kv_len[0]; ++j) {
+        if (j % 3 == 2) continue;  // random
+        for (int64_t x = 0; x < d; ++x)
+          k[p.k.cache.Offset(p.block_table[j / p.block_size], 0, j % p.block_size, x)] =
               static_cast<int8_t>(j % 3 == 0 ? 127 : -128);
-        }
+      }
       for (int64_t h = 0; h < p.h_q; ++h)
         for (int64_t x = 0; x < d; ++x)
           cvt::Store(const_cast<void*>(p.q.Base(0)), p.q.elem, p.q.Offset(0, h, p.q_begin[0], x),
